@@ -1,0 +1,36 @@
+# Switchboard. `make run` and `make test` work on a fresh machine with Python 3.11+.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+ARGS   ?=
+
+.PHONY: install run chat test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)  ## start every enabled platform; with none, a terminal chat
+	$(BIN)/switchboard run $(ARGS)
+
+chat: $(STAMP)  ## terminal chat with the agent
+	$(BIN)/switchboard chat $(ARGS)
+
+test: $(STAMP)  ## import contract + the whole test suite
+	$(BIN)/lint-imports
+	$(BIN)/pytest $(ARGS)
+
+lint: $(STAMP)  ## ruff + mypy --strict on the core
+	$(BIN)/ruff check bot adapters migrations tests
+	$(BIN)/mypy --strict bot
+
+bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
+	$(BIN)/python -m tests.benchmarks.pipeline $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

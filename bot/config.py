@@ -1,0 +1,339 @@
+"""Settings: a TOML file, then environment overrides, validated into typed models.
+
+Secrets never come from the file: they are read from environment variables only
+(`Secrets.from_env`). Any other key may be overridden from the environment as
+`SWITCHBOARD__SECTION__KEY=value` (value parsed as TOML when possible, e.g.
+`SWITCHBOARD__LLM__MAX_ITERATIONS=5`).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+
+from bot.errors import ConfigError
+from bot.types import Role
+
+DEFAULT_CONFIG_PATH = Path("config.toml")
+ENV_PREFIX = "SWITCHBOARD__"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _unlimited(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() == "unlimited":
+        return None
+    return value
+
+
+TokenAllowance = Annotated[Annotated[int, Field(ge=0)] | None, BeforeValidator(_unlimited)]
+"""A token count, or None for unlimited (written as "unlimited" in TOML)."""
+
+
+class DatabaseSettings(Section):
+    url: str = "sqlite+aiosqlite:///./data/switchboard.db"
+    schema_name: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """PostgreSQL only: the schema to use (search_path)."""
+    busy_timeout_ms: int = Field(default=5000, ge=0)
+    echo: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _async_driver(cls, url: str) -> str:
+        if not url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+            raise ValueError(
+                "must start with sqlite+aiosqlite:// or postgresql+asyncpg:// "
+                "(an async driver is required)"
+            )
+        return url
+
+
+class Price(Section):
+    """USD per million tokens. Cache writes cost 1.25x and reads 0.1x of `input`
+    unless given explicitly."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
+
+
+DEFAULT_PRICES: dict[str, Price] = {
+    "claude-opus-5-5": Price(input=5.0, output=25.0),
+    "claude-sonnet-5-5": Price(input=3.0, output=15.0),
+    "claude-haiku-5-5": Price(input=1.0, output=5.0),
+}
+
+
+class LLMSettings(Section):
+    model: str = "claude-sonnet-5-5"
+    fast_model: str = "claude-haiku-5-5"
+    base_url: str | None = None
+    max_iterations: int = Field(default=10, ge=1, le=100)
+    max_tokens: int = Field(default=4096, ge=1)
+    timeout_seconds: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=2, ge=0, le=10)
+    history_turns: int = Field(default=20, ge=1)
+    tool_timeout_seconds: float = Field(default=60.0, gt=0)
+    prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
+
+    @field_validator("base_url")
+    @classmethod
+    def _empty_is_none(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            return None
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("prices")
+    @classmethod
+    def _merge_defaults(cls, value: dict[str, Price]) -> dict[str, Price]:
+        return {**DEFAULT_PRICES, **value}
+
+
+class BudgetSettings(Section):
+    """Monthly token allowance per role; "unlimited" (None) means no limit."""
+
+    guest: TokenAllowance = 5000
+    user: TokenAllowance = 200_000
+    admin: TokenAllowance = None
+    owner: TokenAllowance = None
+
+    def for_role(self, role: Role) -> int | None:
+        value: int | None = getattr(self, role.value)
+        return value
+
+
+class AdminSettings(Section):
+    owners: tuple[str, ...] = ()
+
+    @field_validator("owners")
+    @classmethod
+    def _platform_ids(cls, owners: tuple[str, ...]) -> tuple[str, ...]:
+        for owner in owners:
+            platform, sep, user_id = owner.partition(":")
+            if not sep or not platform or not user_id:
+                raise ValueError(f'"{owner}" is not of the form "platform:user_id"')
+        return owners
+
+
+class PersonaSettings(Section):
+    dir: Path = PACKAGE_ROOT / "personas"
+
+
+class LoggingSettings(Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["text", "json"] = "text"
+
+
+class ServerSettings(Section):
+    """The service's own web server (webhooks, /healthz)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class ConsoleSettings(Section):
+    user: str | None = None
+    """Default `platform_user_id` of `switchboard chat` (else $USER)."""
+
+
+class TelegramSettings(Section):
+    enabled: bool = False
+    library: Literal["aiogram", "python-telegram-bot"] = "aiogram"
+    mode: Literal["polling", "webhook"] = "polling"
+    api_base_url: str = "https://api.telegram.org"
+    webhook_url: str | None = None
+    """Public URL Telegram posts updates to (webhook mode)."""
+    require_mention: bool = True
+    keep_group_context: bool = False
+    handle_edited: bool = False
+    max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
+
+
+class SlackSettings(Section):
+    enabled: bool = False
+    mode: Literal["socket", "http"] = "socket"
+    api_base_url: str = "https://slack.com/api/"
+    require_mention: bool = True
+    max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
+
+
+class DiscordSettings(Section):
+    enabled: bool = False
+    api_base_url: str = "https://discord.com/api/v10"
+    require_mention: bool = True
+    sync_commands: bool = True
+    max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
+
+
+class Settings(Section):
+    database: DatabaseSettings = DatabaseSettings()
+    llm: LLMSettings = LLMSettings()
+    budgets: BudgetSettings = BudgetSettings()
+    admin: AdminSettings = AdminSettings()
+    personas: PersonaSettings = PersonaSettings()
+    logging: LoggingSettings = LoggingSettings()
+    server: ServerSettings = ServerSettings()
+    console: ConsoleSettings = ConsoleSettings()
+    telegram: TelegramSettings = TelegramSettings()
+    slack: SlackSettings = SlackSettings()
+    discord: DiscordSettings = DiscordSettings()
+
+    def require_mention(self, platform: str) -> bool:
+        section = getattr(self, platform, None)
+        return bool(getattr(section, "require_mention", True))
+
+    def enabled_platforms(self) -> list[str]:
+        return [name for name in ("telegram", "slack", "discord") if getattr(self, name).enabled]
+
+
+SECRET_ENV = {
+    "anthropic_api_key": "ANTHROPIC_API_KEY",
+    "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
+    "telegram_webhook_secret": "TELEGRAM_WEBHOOK_SECRET",
+    "slack_bot_token": "SLACK_BOT_TOKEN",
+    "slack_app_token": "SLACK_APP_TOKEN",
+    "slack_signing_secret": "SLACK_SIGNING_SECRET",
+    "discord_bot_token": "DISCORD_BOT_TOKEN",
+}
+
+
+class Secrets(BaseModel):
+    """Secrets, from environment variables only. `SecretStr` keeps them out of reprs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    anthropic_api_key: SecretStr | None = None
+    telegram_bot_token: SecretStr | None = None
+    telegram_webhook_secret: SecretStr | None = None
+    slack_bot_token: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    discord_bot_token: SecretStr | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Secrets:
+        env = os.environ if environ is None else environ
+        values = {field: env.get(var) or None for field, var in SECRET_ENV.items()}
+        return cls.model_validate(values)
+
+    def require(self, field: str) -> str:
+        value: SecretStr | None = getattr(self, field)
+        if value is None:
+            raise ConfigError(f"{SECRET_ENV[field]} is not set (secrets come only from env vars)")
+        return value.get_secret_value()
+
+    def values(self) -> list[str]:
+        """Every secret that is set, for the log redaction filter."""
+        return [
+            secret.get_secret_value()
+            for name in SECRET_ENV
+            if (secret := getattr(self, name)) is not None
+        ]
+
+
+_SECRET_KEYS = {"api_key", "token", "bot_token", "app_token", "signing_secret", "secret"}
+
+
+def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Load settings from `path` (default ./config.toml; built-in defaults when the
+    default file is absent) and `SWITCHBOARD__*` env overrides.
+
+    Raises `ConfigError` with one line naming the file, the key and the problem."""
+    env = os.environ if environ is None else environ
+    explicit = path is not None
+    path = path or DEFAULT_CONFIG_PATH
+    source = str(path)
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: invalid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
+    elif explicit:
+        raise ConfigError(f"{source}: file not found")
+    else:
+        source = "built-in defaults"
+    _reject_secrets(data, source)
+    overridden = _apply_env_overrides(data, env)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source, overridden)) from None
+
+
+def _reject_secrets(data: Mapping[str, Any], source: str, prefix: str = "") -> None:
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            _reject_secrets(value, source, f"{dotted}.")
+        elif key in _SECRET_KEYS:
+            raise ConfigError(
+                f"{source}: {dotted}: secrets are not read from the config file; "
+                f"set the environment variable instead ({', '.join(SECRET_ENV.values())})"
+            )
+
+
+def _apply_env_overrides(data: dict[str, Any], env: Mapping[str, str]) -> set[str]:
+    overridden: set[str] = set()
+    for name, raw in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
+        if not parts:
+            continue
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        node[parts[-1]] = _parse_env_value(raw)
+        overridden.add(".".join(parts))
+    return overridden
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _describe(exc: ValidationError, source: str, overridden: set[str]) -> str:
+    error = exc.errors()[0]
+    key = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    where = (
+        f"environment ({ENV_PREFIX}{key.upper().replace('.', '__')})"
+        if key in overridden
+        else source
+    )
+    if error["type"] == "extra_forbidden":
+        problem = "unknown setting"
+    else:
+        problem = error["msg"].removeprefix("Value error, ")
+        if "input" in error and not isinstance(error["input"], dict | list):
+            problem += f" (got {error['input']!r})"
+    more = len(exc.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{where}: {key}: {problem}{suffix}"

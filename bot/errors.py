@@ -1,0 +1,81 @@
+"""The exception tree. Everything we raise on purpose is a `BotError`."""
+
+from __future__ import annotations
+
+
+class BotError(Exception):
+    """Base of every error Switchboard raises on purpose."""
+
+
+class ConfigError(BotError):
+    """Bad configuration: a file, a key, a value or a missing secret."""
+
+
+class StartupError(BotError):
+    """The service cannot start (database unreachable, migration failed, ...)."""
+
+
+class BudgetExceeded(BotError):
+    """The user's token allowance for this period is spent."""
+
+
+class AdapterError(BotError):
+    """A platform refused or failed an operation."""
+
+
+class RateLimited(AdapterError):
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class DeliveryFailed(AdapterError):
+    """A reply could not be delivered after retries."""
+
+
+class ProviderError(BotError):
+    """The LLM provider failed. Never turned into a normal reply."""
+
+    retryable: bool = False
+
+
+class ProviderRateLimited(ProviderError):
+    retryable = True
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Overloaded(ProviderError):
+    retryable = True
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProviderUnavailable(ProviderError):
+    """Connection failure or timeout."""
+
+    retryable = True
+
+
+class ProviderAuthError(ProviderError):
+    """The API key is missing, wrong or not allowed to do this."""
+
+
+class ProviderBadRequest(ProviderError):
+    """The request was rejected as invalid."""
+
+
+class ContextWindowExceeded(ProviderBadRequest):
+    """The prompt does not fit the model's context window."""
+
+
+class ToolFailed(BotError):
+    """A tool could not do its job. The message is shown to the LLM."""
+
+
+class CommandError(BotError):
+    """A slash command was used wrongly; the message is shown to the user."""

@@ -1,0 +1,105 @@
+"""Provider-neutral LLM request and response types.
+
+The agent loop speaks only these; `bot.llm.anthropic` maps them to the SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bot.types import Usage
+
+
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImageBlock:
+    media_type: str
+    data_b64: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseBlock:
+    id: str
+    name: str
+    input: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultBlock:
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: Literal["user", "assistant"]
+    content: tuple[Block, ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SystemBlock:
+    """One section of the system prompt. `cache` marks a cache breakpoint after it."""
+
+    text: str
+    cache: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    model: str
+    messages: tuple[ChatMessage, ...]
+    system: tuple[SystemBlock, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int = 4096
+    temperature: float | None = None
+    timeout: float | None = None
+    cache: bool = True
+    """Place prompt-cache breakpoints on the stable prefix (tools, system, history)."""
+
+
+StopReason = Literal[
+    "end_turn",
+    "max_tokens",
+    "stop_sequence",
+    "tool_use",
+    "pause_turn",
+    "refusal",
+    "model_context_window_exceeded",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResponse:
+    content: tuple[Block, ...]
+    stop_reason: str
+    usage: Usage
+    model: str
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> tuple[ToolUseBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolUseBlock))
