@@ -1,0 +1,141 @@
+"""The async engine and sessions.
+
+SQLite (aiosqlite) is tuned for a service: WAL, busy_timeout, synchronous=NORMAL,
+foreign keys on, and write transactions that begin IMMEDIATE so two writers
+never deadlock upgrading a read lock. Reads begin DEFERRED and run alongside.
+PostgreSQL (asyncpg) is the same code with another URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from bot.errors import StartupError
+
+log = logging.getLogger("switchboard.store")
+
+_READONLY = "switchboard_readonly"
+
+
+class Store:
+    """Owns the engine. `write()` and `read()` hand out sessions in a transaction."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        busy_timeout_ms: int = 5000,
+        schema: str | None = None,
+    ) -> None:
+        self.url = make_url(url)
+        self.dialect = self.url.get_backend_name()
+        connect_args: dict[str, Any] = {}
+        if self.dialect == "sqlite":
+            _ensure_sqlite_dir(self.url.database)
+        elif schema:
+            connect_args["server_settings"] = {"search_path": schema}
+        self.engine: AsyncEngine = create_async_engine(
+            url, echo=echo, connect_args=connect_args, pool_pre_ping=self.dialect != "sqlite"
+        )
+        if self.dialect == "sqlite":
+            _tune_sqlite(self.engine, busy_timeout_ms)
+        # SQLite has one writer at a time. Queue this process's writers on a lock
+        # (fair, FIFO) instead of letting them poll busy_timeout against each
+        # other, which starves some under load; busy_timeout still covers other
+        # processes (CLI commands) sharing the file.
+        self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._writer = async_sessionmaker(self.engine, class_=AsyncSession, expire_on_commit=False)
+        self._reader = async_sessionmaker(
+            self.engine.execution_options(**{_READONLY: True}),
+            class_=AsyncSession,
+            expire_on_commit=False,
+        )
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A session in a write transaction, committed on exit, rolled back on error."""
+        if self._write_lock is None:
+            async with self._writer() as session, session.begin():
+                yield session
+            return
+        async with self._write_lock, self._writer() as session, session.begin():
+            yield session
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A session for reads (on SQLite: autocommit statements, never blocking
+        writers; several statements are not one snapshot)."""
+        async with self._reader() as session, session.begin():
+            yield session
+
+    async def upgrade(self) -> None:
+        """Apply every Alembic migration (idempotent)."""
+        from alembic.util.exc import CommandError
+
+        from bot.store.migrate import upgrade
+
+        try:
+            await upgrade(self.engine)
+        except (SQLAlchemyError, CommandError) as exc:
+            raise StartupError(f"database migration failed: {_first_line(exc)}") from exc
+        except OSError as exc:
+            raise StartupError(f"database unreachable: {exc}") from exc
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _ensure_sqlite_dir(database: str | None) -> None:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    directory = Path(database).expanduser().parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(
+            f"cannot create the database directory {directory}: {exc.strerror}"
+        ) from exc
+
+
+def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
+        # Take transaction control away from the driver: we emit BEGIN ourselves.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Reads run in autocommit (no BEGIN: one round trip less, never a lock
+        # held); writes take the write lock up front.
+        if not conn.get_execution_options().get(_READONLY, False):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")

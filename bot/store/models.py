@@ -1,0 +1,230 @@
+"""SQLModel tables. Alembic owns the schema (migrations/); these are its source.
+
+Conventions: integer surrogate keys, aware UTC datetimes (`UTCDateTime`), no
+thread id is stored as "" so unique constraints work on every database.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from bot.store.columns import UTCDateTime
+from bot.types import utcnow
+
+# Named constraints, so later migrations can alter them (SQLite batch mode needs names).
+SQLModel.metadata.naming_convention = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def _ts(*, index: bool = False) -> Any:
+    return Field(default_factory=utcnow, sa_type=UTCDateTime, nullable=False, index=index)
+
+
+def _ts_optional() -> Any:
+    return Field(default=None, sa_type=UTCDateTime, nullable=True)
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "users"
+
+    id: int | None = Field(default=None, primary_key=True)
+    display_name: str | None = Field(default=None, max_length=200)
+    role: str = Field(default="guest", max_length=16)
+    created_at: datetime = _ts()
+    updated_at: datetime = _ts()
+
+
+class PlatformLink(SQLModel, table=True):
+    """One platform account of a user (`console:bob`, `telegram:4242`, ...)."""
+
+    __tablename__ = "platform_links"
+    __table_args__ = (UniqueConstraint("platform", "platform_user_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    platform: str = Field(max_length=32)
+    platform_user_id: str = Field(max_length=128)
+    username: str | None = Field(default=None, max_length=200, index=True)
+    display_name: str | None = Field(default=None, max_length=200)
+    created_at: datetime = _ts()
+
+
+class Budget(SQLModel, table=True):
+    """A user's token budget for the current period (a UTC month, "YYYY-MM").
+
+    `used` never exceeds the allowance; what a run spent beyond it goes to
+    `overage`. The allowance is the role default from config unless
+    `limit_mode` is "fixed" (`limit_tokens`) or "unlimited"; `granted` is a
+    one-off top-up for this period."""
+
+    __tablename__ = "budgets"
+
+    user_id: int = Field(foreign_key="users.id", primary_key=True)
+    period: str = Field(max_length=7)
+    used: int = Field(default=0, sa_type=BigInteger)
+    overage: int = Field(default=0, sa_type=BigInteger)
+    granted: int = Field(default=0, sa_type=BigInteger)
+    limit_mode: str = Field(default="role", max_length=16)
+    limit_tokens: int | None = Field(default=None, sa_type=BigInteger)
+    updated_at: datetime = _ts()
+
+
+class Persona(SQLModel, table=True):
+    __tablename__ = "personas"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=100, unique=True)
+    platform: str | None = Field(default=None, max_length=32)
+    server_id: str | None = Field(default=None, max_length=128)
+    is_default: bool = False
+    model: str | None = Field(default=None, max_length=100)
+    max_tokens: int | None = None
+    tool_modules: list[str] | None = Field(default=None, sa_type=JSON)
+    prompt: str = Field(sa_type=Text)
+    source_path: str = Field(max_length=500)
+    content_hash: str = Field(max_length=64)
+    active: bool = True
+    updated_at: datetime = _ts()
+
+
+class Conversation(SQLModel, table=True):
+    __tablename__ = "conversations"
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(max_length=400, unique=True)
+    platform: str = Field(max_length=32)
+    channel_id: str = Field(max_length=128)
+    thread_id: str = Field(default="", max_length=128)
+    server_id: str | None = Field(default=None, max_length=128)
+    persona_name: str | None = Field(default=None, max_length=100)
+    """A persona chosen for this channel (overrides the cascade)."""
+    history_start_id: int | None = None
+    """Messages with a smaller id are not sent to the LLM (`/new`)."""
+    created_at: datetime = _ts()
+
+
+class Message(SQLModel, table=True):
+    """One entry of a conversation: roles user, assistant, tool_call, tool_result."""
+
+    __tablename__ = "messages"
+    __table_args__ = (Index("ix_messages_conversation_id_id", "conversation_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    conversation_id: int = Field(foreign_key="conversations.id")
+    run_id: str | None = Field(default=None, max_length=32, index=True)
+    role: str = Field(max_length=16)
+    text: str = Field(default="", sa_type=Text)
+    user_id: int | None = Field(default=None, foreign_key="users.id")
+    platform_message_id: str | None = Field(default=None, max_length=128)
+    tool_use_id: str | None = Field(default=None, max_length=128)
+    tool_name: str | None = Field(default=None, max_length=128)
+    data: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    """tool_call: the input; user: attachment metadata."""
+    is_error: bool = False
+    silent: bool = False
+    created_at: datetime = _ts()
+
+
+class Run(SQLModel, table=True):
+    """One agent run (one answered message or wakeup)."""
+
+    __tablename__ = "runs"
+
+    id: str = Field(primary_key=True, max_length=32)
+    conversation_id: int = Field(foreign_key="conversations.id", index=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    source: str = Field(default="user", max_length=16)
+    status: str = Field(default="running", max_length=16)
+    model: str = Field(max_length=100)
+    persona_name: str | None = Field(default=None, max_length=100)
+    iterations: int = 0
+    tokens: int = Field(default=0, sa_type=BigInteger)
+    error: str | None = Field(default=None, sa_type=Text)
+    started_at: datetime = _ts(index=True)
+    finished_at: datetime | None = _ts_optional()
+
+
+class TokenLog(SQLModel, table=True):
+    """One LLM call's tokens and estimated cost."""
+
+    __tablename__ = "token_logs"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str | None = Field(default=None, max_length=32, index=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    conversation_id: int | None = Field(default=None, foreign_key="conversations.id")
+    platform: str = Field(max_length=32)
+    model: str = Field(max_length=100)
+    purpose: str = Field(default="chat", max_length=32)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    created_at: datetime = _ts(index=True)
+
+
+class ProcessedEvent(SQLModel, table=True):
+    """Durable dedupe of platform deliveries (update_id, event_id, ...)."""
+
+    __tablename__ = "processed_events"
+    __table_args__ = (UniqueConstraint("platform", "event_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    platform: str = Field(max_length=32)
+    event_id: str = Field(max_length=200)
+    status: str = Field(default="received", max_length=16)
+    created_at: datetime = _ts(index=True)
+    finished_at: datetime | None = _ts_optional()
+
+
+class ToolError(SQLModel, table=True):
+    __tablename__ = "tool_errors"
+
+    id: str = Field(primary_key=True, max_length=40)
+    conversation_id: int | None = Field(default=None, foreign_key="conversations.id", index=True)
+    run_id: str | None = Field(default=None, max_length=32)
+    tool_name: str = Field(max_length=128)
+    arguments: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    summary: str = Field(sa_type=Text)
+    detail: str = Field(sa_type=Text)
+    created_at: datetime = _ts()
+
+
+class DeliveryFailure(SQLModel, table=True):
+    """A reply (or part of one) that could not be delivered."""
+
+    __tablename__ = "delivery_failures"
+
+    id: int | None = Field(default=None, primary_key=True)
+    platform: str = Field(max_length=32)
+    conversation_key: str = Field(max_length=400, index=True)
+    channel_id: str = Field(max_length=128)
+    thread_id: str | None = Field(default=None, max_length=128)
+    text: str = Field(sa_type=Text)
+    reason: str = Field(sa_type=Text)
+    created_at: datetime = _ts()
+
+
+class AuditEntry(SQLModel, table=True):
+    __tablename__ = "audit_log"
+
+    id: int | None = Field(default=None, primary_key=True)
+    actor_user_id: int | None = Field(default=None, foreign_key="users.id")
+    actor: str = Field(max_length=200)
+    """Who, as "platform:platform_user_id" (or "cli")."""
+    action: str = Field(max_length=64)
+    target: str | None = Field(default=None, max_length=200)
+    outcome: str = Field(default="ok", max_length=16)
+    where: str | None = Field(default=None, max_length=400)
+    details: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    created_at: datetime = _ts(index=True)
