@@ -1,0 +1,412 @@
+"""The Anthropic Messages API behind the `Provider` protocol.
+
+This is the only module in the project that imports `anthropic`. It maps the
+neutral types of `bot.llm.types` to API parameters (placing prompt-cache
+breakpoints), always streams (`client.messages.stream`), and turns every SDK
+failure into a `bot.errors.ProviderError` subclass built only from the status
+code, the error type and the API's own message, so the key never leaks.
+
+Notes on the SDK (2.x):
+- the API key is sent as ``Authorization: Bearer …``, not ``x-api-key``;
+- `messages.stream()` has no ``temperature`` argument any more, so it goes in
+  ``extra_body``;
+- an ``error`` event inside a stream is raised as a plain `APIStatusError`
+  carrying the stream's HTTP status (200), so errors are classified by the
+  API error type as well as by status code;
+- transport errors while reading a stream surface as raw `httpx2` exceptions.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, assert_never, cast
+
+import anthropic
+import httpx2
+from anthropic.types import (
+    CacheControlEphemeralParam,
+    ContentBlockParam,
+    ImageBlockParam,
+    MessageParam,
+    TextBlockParam,
+    ToolParam,
+    ToolResultBlockParam,
+    ToolUseBlockParam,
+)
+
+from bot.errors import (
+    ContextWindowExceeded,
+    Overloaded,
+    ProviderAuthError,
+    ProviderBadRequest,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderUnavailable,
+)
+from bot.llm.types import (
+    Block,
+    ChatMessage,
+    ImageBlock,
+    LLMRequest,
+    LLMResponse,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from bot.ports import TextCallback
+from bot.types import Usage
+
+log = logging.getLogger("switchboard.llm")
+
+MAX_CACHE_BREAKPOINTS = 4
+"""The API rejects a request with more blocks carrying `cache_control`."""
+
+_EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
+_ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+_IMAGE_MEDIA_TYPES: frozenset[str] = frozenset(
+    ("image/jpeg", "image/png", "image/gif", "image/webp")
+)
+_CONTEXT_TOO_LONG = re.compile(
+    r"prompt is too long|context (window|limit|length)|too many (input )?tokens",
+    re.IGNORECASE,
+)
+
+
+class AnthropicProvider:
+    """`Provider` over one reused `anthropic.AsyncAnthropic` client.
+
+    `api_key=None` lets the SDK find credentials itself (``ANTHROPIC_API_KEY``
+    and friends); `base_url=None` keeps its ``ANTHROPIC_BASE_URL`` handling.
+    `max_retries` is the SDK's own retry budget (429, 5xx, 529, connection
+    errors; it honours ``retry-after``) before an error reaches the caller.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        max_retries: int = 2,
+        timeout: float = 600.0,
+    ) -> None:
+        self._api_key = api_key
+        try:
+            if base_url is None:
+                self._client = anthropic.AsyncAnthropic(
+                    api_key=api_key, max_retries=max_retries, timeout=timeout
+                )
+            else:
+                self._client = anthropic.AsyncAnthropic(
+                    api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+                )
+        except anthropic.CredentialsError as exc:  # a broken credentials profile on disk
+            raise ProviderAuthError(_credentials_message(exc)) from exc
+
+    async def complete(
+        self, request: LLMRequest, on_text: TextCallback | None = None
+    ) -> LLMResponse:
+        """Stream one completion, calling `on_text` with each text delta."""
+        self._check_credentials()
+        params = build_params(request)
+        started = time.monotonic()
+        try:
+            async with self._client.messages.stream(
+                model=request.model,
+                max_tokens=request.max_tokens,
+                messages=params.messages,
+                system=params.system if params.system else anthropic.omit,
+                tools=params.tools if params.tools else anthropic.omit,
+                extra_body=params.extra_body or None,
+                timeout=request.timeout if request.timeout is not None else anthropic.not_given,
+            ) as stream:
+                finished = False
+                async for event in stream:
+                    if event.type == "text":
+                        if on_text is not None and event.text:
+                            await on_text(event.text)
+                    elif event.type == "message_stop":
+                        finished = True
+                if not finished:
+                    raise ProviderUnavailable(
+                        "Anthropic API stream ended before the message was complete"
+                    )
+                message = await stream.get_final_message()
+        except anthropic.APIError as exc:
+            error = self._map_error(exc)
+            log.debug("anthropic call failed after %.2fs: %s", time.monotonic() - started, error)
+            raise error from exc
+        except anthropic.CredentialsError as exc:
+            raise ProviderAuthError(_credentials_message(exc)) from exc
+        except httpx2.TimeoutException as exc:
+            raise ProviderUnavailable("Anthropic API request timed out") from exc
+        except httpx2.RequestError as exc:
+            raise ProviderUnavailable(
+                f"connection to the Anthropic API failed ({type(exc).__name__})"
+            ) from exc
+
+        response = _to_response(message)
+        log.debug(
+            "anthropic call model=%s stop_reason=%s input=%d output=%d cache_read=%d "
+            "cache_write=%d duration=%.2fs",
+            response.model,
+            response.stop_reason,
+            response.usage.input_tokens,
+            response.usage.output_tokens,
+            response.usage.cache_read_tokens,
+            response.usage.cache_write_tokens,
+            time.monotonic() - started,
+        )
+        return response
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def _check_credentials(self) -> None:
+        client = self._client
+        if client.api_key is None and client.auth_token is None and client.credentials is None:
+            raise ProviderAuthError(
+                "no Anthropic API key configured (set ANTHROPIC_API_KEY or the provider api_key)"
+            )
+
+    def _map_error(self, exc: anthropic.APIError) -> ProviderError:
+        error = map_error(exc)
+        key = self._api_key
+        if key and key in str(error):  # paranoia: the API never echoes it, a proxy might
+            redacted = str(error).replace(key, "[redacted]")
+            error.args = (redacted, *error.args[1:])
+        return error
+
+
+def _credentials_message(exc: anthropic.CredentialsError) -> str:
+    return f"Anthropic credentials could not be loaded ({type(exc).__name__})"
+
+
+# --- request mapping ---------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ApiParams:
+    """The request parts that need mapping; the rest go to the SDK as they are."""
+
+    messages: list[MessageParam]
+    system: list[TextBlockParam] = field(default_factory=list)
+    tools: list[ToolParam] = field(default_factory=list)
+    extra_body: dict[str, object] = field(default_factory=dict)
+
+
+def build_params(request: LLMRequest) -> ApiParams:
+    """Map an `LLMRequest` to API parameters, placing cache breakpoints.
+
+    With `request.cache`, breakpoints go on the last tool, on each system block
+    marked `cache` (or the last system block when none is marked) and on the
+    last content block of the last message; the earliest system ones are
+    dropped if that would exceed the API's limit of four. Blank text blocks are
+    left out of messages (the API rejects them) unless a message would be empty.
+    """
+    system_blocks = [b for b in request.system if b.text.strip()]
+    messages = [_clean(m) for m in request.messages]
+
+    cache_tool = request.cache and bool(request.tools)
+    cache_message = request.cache and _last_cacheable(messages) is not None
+    cached_system: set[int] = set()
+    if request.cache and system_blocks:
+        marked = [i for i, b in enumerate(system_blocks) if b.cache]
+        chosen = marked or [len(system_blocks) - 1]
+        room = MAX_CACHE_BREAKPOINTS - int(cache_tool) - int(cache_message)
+        cached_system = set(chosen[max(0, len(chosen) - room) :] if room > 0 else [])
+
+    tools: list[ToolParam] = []
+    for i, spec in enumerate(request.tools):
+        tool: ToolParam = {
+            "name": spec.name,
+            "description": spec.description,
+            "input_schema": dict(spec.input_schema),
+        }
+        if cache_tool and i == len(request.tools) - 1:
+            tool["cache_control"] = _EPHEMERAL
+        tools.append(tool)
+
+    system: list[TextBlockParam] = []
+    for i, block in enumerate(system_blocks):
+        param: TextBlockParam = {"type": "text", "text": block.text}
+        if i in cached_system:
+            param["cache_control"] = _EPHEMERAL
+        system.append(param)
+
+    cache_at = _last_cacheable(messages) if cache_message else None
+    api_messages: list[MessageParam] = []
+    for mi, message in enumerate(messages):
+        content = [
+            _block_param(block, cache=(mi == len(messages) - 1 and bi == cache_at))
+            for bi, block in enumerate(message.content)
+        ]
+        if message.role == "user":
+            api_messages.append({"role": "user", "content": content})
+        else:
+            api_messages.append({"role": "assistant", "content": content})
+
+    extra_body: dict[str, object] = {}
+    if request.temperature is not None:
+        extra_body["temperature"] = request.temperature
+    return ApiParams(messages=api_messages, system=system, tools=tools, extra_body=extra_body)
+
+
+def _is_blank(block: Block) -> bool:
+    return isinstance(block, TextBlock) and not block.text.strip()
+
+
+def _clean(message: ChatMessage) -> ChatMessage:
+    kept = tuple(b for b in message.content if not _is_blank(b))
+    if not kept or len(kept) == len(message.content):
+        return message
+    return ChatMessage(role=message.role, content=kept)
+
+
+def _last_cacheable(messages: Sequence[ChatMessage]) -> int | None:
+    """Index of the block of the last message that takes the breakpoint."""
+    if not messages:
+        return None
+    content = messages[-1].content
+    for i in range(len(content) - 1, -1, -1):
+        if not _is_blank(content[i]):
+            return i
+    return None
+
+
+def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
+    if isinstance(block, TextBlock):
+        text: TextBlockParam = {"type": "text", "text": block.text}
+        if cache:
+            text["cache_control"] = _EPHEMERAL
+        return text
+    if isinstance(block, ImageBlock):
+        if block.media_type not in _IMAGE_MEDIA_TYPES:
+            raise ProviderBadRequest(f"unsupported image type for Anthropic: {block.media_type}")
+        image: ImageBlockParam = {
+            "type": "image",
+            "source": {
+                "type": "base64",
+                "media_type": cast(_ImageMediaType, block.media_type),
+                "data": block.data_b64,
+            },
+        }
+        if cache:
+            image["cache_control"] = _EPHEMERAL
+        return image
+    if isinstance(block, ToolUseBlock):
+        use: ToolUseBlockParam = {
+            "type": "tool_use",
+            "id": block.id,
+            "name": block.name,
+            "input": dict(block.input),
+        }
+        if cache:
+            use["cache_control"] = _EPHEMERAL
+        return use
+    if isinstance(block, ToolResultBlock):
+        result: ToolResultBlockParam = {
+            "type": "tool_result",
+            "tool_use_id": block.tool_use_id,
+            "content": block.content,
+        }
+        if block.is_error:
+            result["is_error"] = True
+        if cache:
+            result["cache_control"] = _EPHEMERAL
+        return result
+    assert_never(block)
+
+
+# --- response mapping --------------------------------------------------------
+
+
+def _to_response(message: anthropic.types.Message) -> LLMResponse:
+    content: list[Block] = []
+    for block in message.content:
+        if block.type == "text":
+            content.append(TextBlock(text=block.text))
+        elif block.type == "tool_use":
+            raw = block.input
+            args: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+            content.append(ToolUseBlock(id=block.id, name=block.name, input=args))
+        else:
+            log.debug("ignoring %s content block from the API", block.type)
+    usage = message.usage
+    return LLMResponse(
+        content=tuple(content),
+        stop_reason=message.stop_reason or "end_turn",
+        usage=Usage(
+            input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0,
+            cache_read_tokens=usage.cache_read_input_tokens or 0,
+            cache_write_tokens=usage.cache_creation_input_tokens or 0,
+        ),
+        model=str(message.model),
+    )
+
+
+# --- error mapping -----------------------------------------------------------
+
+
+def map_error(exc: anthropic.APIError) -> ProviderError:
+    """Translate an SDK error into our tree. Messages hold no request data."""
+    if isinstance(exc, anthropic.APITimeoutError):
+        return ProviderUnavailable("Anthropic API request timed out")
+    if isinstance(exc, anthropic.APIConnectionError):
+        return ProviderUnavailable("could not connect to the Anthropic API")
+    if not isinstance(exc, anthropic.APIStatusError):
+        return ProviderError(f"unexpected response from the Anthropic API ({type(exc).__name__})")
+
+    # An `error` event inside a 200 stream keeps the stream's status: trust the type.
+    status = exc.status_code if exc.status_code >= 400 else None
+    etype = str(exc.type) if exc.type else None
+    api_message = exc.api_message or ""
+    msg = f"Anthropic API error {status or 'in stream'} {etype or 'unknown_error'}"
+    if api_message:
+        msg += f": {api_message}"
+    if exc.request_id:
+        msg += f" (request_id={exc.request_id})"
+
+    if status == 429 or etype == "rate_limit_error":
+        return ProviderRateLimited(msg, retry_after(exc.response.headers))
+    if status == 529 or etype == "overloaded_error":
+        return Overloaded(msg, retry_after(exc.response.headers))
+    if status in (401, 402, 403) or etype in (
+        "authentication_error",
+        "permission_error",
+        "billing_error",
+    ):
+        return ProviderAuthError(msg)
+    if status == 400 or etype == "invalid_request_error":
+        if _CONTEXT_TOO_LONG.search(api_message):
+            return ContextWindowExceeded(msg)
+        return ProviderBadRequest(msg)
+    if status in (404, 413, 422) or etype in ("not_found_error", "request_too_large"):
+        return ProviderBadRequest(msg)
+    if status in (408, 504) or (status or 0) >= 500 or etype in ("api_error", "timeout_error"):
+        return ProviderUnavailable(msg)
+    return ProviderError(msg)
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after``; None if absent."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) * scale)
+        except ValueError:
+            pass
+        if name == "retry-after":
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                return None
+            return max(0.0, when.timestamp() - time.time())
+    return None
