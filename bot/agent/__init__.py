@@ -1,0 +1,1 @@
+"""The agent: loop, prompt, history, reply sanitizing and guards."""
