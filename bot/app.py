@@ -1,0 +1,150 @@
+"""Wiring and lifecycle: store, provider, tools, pipeline, adapters.
+
+`App.open()` prepares everything that does not talk to a chat platform
+(database upgrade, persona sync, provider); `start_adapters()` loads the
+adapters named in config lazily, so a platform library is only imported when
+that platform is enabled.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bot.agent.errors import ErrorChannel
+from bot.agent.executor import ToolExecutor
+from bot.agent.loop import AgentLoop
+from bot.audit import Audit
+from bot.budget import Budgets
+from bot.commands import Commands, CommandSpec, core_commands
+from bot.config import Secrets, Settings
+from bot.conversations import Conversations
+from bot.dedupe import EventLog
+from bot.errors import ConfigError, StartupError
+from bot.identity import Identity
+from bot.personas import sync_personas
+from bot.pipeline import Pipeline, Services
+from bot.ports import Adapter, Provider, Tool
+from bot.store import Store
+from bot.tools.builtin import core_tools
+from bot.tools.registry import ToolRegistry
+
+log = logging.getLogger("switchboard.app")
+
+EXTRAS = {"telegram": "telegram", "slack": "slack", "discord": "discord"}
+
+
+def make_provider(settings: Settings, secrets: Secrets) -> Provider:
+    from bot.llm.anthropic import AnthropicProvider
+
+    return AnthropicProvider(
+        api_key=secrets.require("anthropic_api_key"),
+        base_url=settings.llm.base_url,
+        max_retries=settings.llm.max_retries,
+        timeout=settings.llm.timeout_seconds,
+    )
+
+
+@dataclass
+class App:
+    settings: Settings
+    secrets: Secrets
+    provider: Provider | None = None
+    extra_tools: Sequence[Tool] = ()
+    store: Store = field(init=False)
+    pipeline: Pipeline = field(init=False)
+    adapters: list[Adapter] = field(default_factory=list, init=False)
+
+    async def open(self) -> Pipeline:
+        if self.provider is None:
+            self.provider = make_provider(self.settings, self.secrets)
+        self.store = Store(
+            self.settings.database.url,
+            echo=self.settings.database.echo,
+            busy_timeout_ms=self.settings.database.busy_timeout_ms,
+            schema=self.settings.database.schema_name,
+        )
+        await self.store.upgrade()
+        personas = await sync_personas(self.store, self.settings.personas.dir)
+        events = EventLog(self.store)
+        for event in await events.unfinished():
+            log.warning(
+                "event.unfinished platform=%s event_id=%s since=%s "
+                "(claimed but never answered: the process stopped mid-run)",
+                event.platform,
+                event.event_id,
+                event.created_at,
+            )
+        errors = ErrorChannel(self.store)
+        tools = ToolRegistry([*core_tools(errors), *self.extra_tools])
+        budgets = Budgets(self.store, self.settings.budgets)
+        conversations = Conversations(self.store)
+        audit = Audit(self.store)
+        commands = Commands([], audit)
+        spec_list: list[CommandSpec] = core_commands(budgets, conversations, commands.specs)
+        for spec in spec_list:
+            commands.add(spec)
+        self.pipeline = Pipeline(
+            Services(
+                settings=self.settings,
+                store=self.store,
+                identity=Identity(self.store, self.settings.admin.owners),
+                budgets=budgets,
+                personas=personas,
+                conversations=conversations,
+                commands=commands,
+                tools=tools,
+                agent=AgentLoop(
+                    self.provider,
+                    ToolExecutor(errors, timeout=self.settings.llm.tool_timeout_seconds),
+                ),
+                events=events,
+            )
+        )
+        return self.pipeline
+
+    async def start_adapters(self, platforms: Sequence[str]) -> None:
+        for name in platforms:
+            adapter = load_adapter(name, self.settings, self.secrets)
+            self.pipeline.attach(adapter)
+            await adapter.start(self.pipeline)
+            self.adapters.append(adapter)
+            log.info("adapter.started platform=%s", name)
+
+    def attach(self, adapter: Adapter) -> None:
+        self.pipeline.attach(adapter)
+        self.adapters.append(adapter)
+
+    async def close(self, drain_timeout: float = 30.0) -> None:
+        if hasattr(self, "pipeline"):
+            await self.pipeline.drain(drain_timeout)
+        for adapter in reversed(self.adapters):
+            try:
+                await adapter.stop()
+            except Exception:
+                log.exception("adapter.stop_failed platform=%s", adapter.platform)
+        if self.provider is not None:
+            await self.provider.aclose()
+        if hasattr(self, "store"):
+            await self.store.dispose()
+
+
+def load_adapter(name: str, settings: Settings, secrets: Secrets) -> Adapter:
+    """Import `adapters.<name>` only now, and build its adapter."""
+    try:
+        module = importlib.import_module(f"adapters.{name}")
+        factory = module.create_adapter
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get(name)
+        if extra and exc.name and not exc.name.startswith("adapters"):
+            raise ConfigError(
+                f"[{name}] is enabled but its library is missing ({exc.name}); "
+                f"install it with: pip install 'switchboard[{extra}]'"
+            ) from None
+        raise ConfigError(f"no adapter named {name!r}") from None
+    except AttributeError:
+        raise StartupError(f"adapters.{name} has no create_adapter()") from None
+    adapter: Adapter = factory(settings, secrets)
+    return adapter

@@ -1,0 +1,164 @@
+"""Slash commands: one spec each (name, minimum role, usage, help). Commands
+never reach the LLM and are not charged. Every platform exposes the same specs."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from bot.audit import Audit
+from bot.budget import Budgets
+from bot.conversations import Conversations
+from bot.errors import CommandError
+from bot.identity import UserRecord
+from bot.ports import CommandInfo
+from bot.types import IncomingMessage, Role
+
+log = logging.getLogger("switchboard.commands")
+
+
+@dataclass(frozen=True, slots=True)
+class CommandCall:
+    msg: IncomingMessage
+    user: UserRecord
+    name: str
+    args: tuple[str, ...]
+    raw_args: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    text: str
+    private: bool = False
+
+
+Handler = Callable[[CommandCall], Awaitable[CommandResult | str]]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    name: str
+    help: str
+    handler: Handler
+    usage: str = ""
+    min_role: Role = Role.GUEST
+    private: bool = False
+    """Answer only the requester where the platform allows (ephemeral)."""
+    aliases: tuple[str, ...] = ()
+
+    def info(self) -> CommandInfo:
+        return CommandInfo(self.name, self.help, self.usage, self.min_role)
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """ "/name args" → ("name", "args"); a `/name@bot` suffix is dropped."""
+    if not text.startswith("/") or len(text) < 2:
+        return None
+    head, _, rest = text[1:].partition(" ")
+    name = head.split("@", 1)[0].strip().lower()
+    if not name or not name.replace("_", "").replace("-", "").isalnum():
+        return None
+    return name, rest.strip()
+
+
+class Commands:
+    def __init__(self, specs: Iterable[CommandSpec], audit: Audit) -> None:
+        self._specs: dict[str, CommandSpec] = {}
+        self._audit = audit
+        for spec in specs:
+            self.add(spec)
+
+    def add(self, spec: CommandSpec) -> None:
+        for name in (spec.name, *spec.aliases):
+            if name in self._specs:
+                raise ValueError(f"command /{name} defined twice")
+            self._specs[name] = spec
+
+    def specs(self) -> list[CommandSpec]:
+        seen: dict[str, CommandSpec] = {}
+        for spec in self._specs.values():
+            seen.setdefault(spec.name, spec)
+        return list(seen.values())
+
+    def infos(self) -> list[CommandInfo]:
+        return [spec.info() for spec in self.specs()]
+
+    def is_command(self, text: str) -> bool:
+        return parse_command(text) is not None
+
+    async def dispatch(self, msg: IncomingMessage, user: UserRecord) -> CommandResult:
+        parsed = parse_command(msg.text)
+        if parsed is None:
+            raise CommandError("not a command")
+        name, raw_args = parsed
+        spec = self._specs.get(name)
+        if spec is None:
+            return CommandResult(f"Unknown command /{name}. Try /help.", private=True)
+        if not user.role.at_least(spec.min_role):
+            await self._audit.record(
+                actor=user.handle,
+                actor_user_id=user.id,
+                action=f"/{spec.name}",
+                outcome="denied",
+                where=msg.conversation_key,
+                details={"args": raw_args, "role": user.role.value},
+            )
+            return CommandResult(
+                f"/{spec.name} needs the {spec.min_role.value} role (you are {user.role.value}).",
+                private=True,
+            )
+        try:
+            args = tuple(shlex.split(raw_args))
+        except ValueError:
+            args = tuple(raw_args.split())
+        call = CommandCall(msg, user, spec.name, args, raw_args)
+        try:
+            result = await spec.handler(call)
+        except CommandError as exc:
+            usage = f"\nUsage: /{spec.name} {spec.usage}".rstrip() if spec.usage else ""
+            return CommandResult(f"{exc}{usage}", private=True)
+        if isinstance(result, str):
+            result = CommandResult(result, private=spec.private)
+        return result
+
+
+def help_text(specs: Sequence[CommandSpec], role: Role) -> str:
+    lines = ["**Commands**"]
+    for spec in specs:
+        if role.at_least(spec.min_role):
+            usage = f" {spec.usage}" if spec.usage else ""
+            lines.append(f"- `/{spec.name}{usage}` — {spec.help}")
+    return "\n".join(lines)
+
+
+def core_commands(
+    budgets: Budgets, conversations: Conversations, specs: Callable[[], Sequence[CommandSpec]]
+) -> list[CommandSpec]:
+    """The commands every deployment has: /help, /budget, /new."""
+
+    async def help_(call: CommandCall) -> str:
+        return help_text(specs(), call.user.role)
+
+    async def budget(call: CommandCall) -> CommandResult:
+        status = await budgets.status(call.user.id, call.user.role)
+        if status.limit is None:
+            text = f"Your budget is unlimited. Used this month: {status.used:,} tokens."
+        else:
+            text = (
+                f"Used {status.used:,} of {status.limit:,} tokens this month "
+                f"({status.remaining:,} left). Resets {status.resets_at:%Y-%m-%d}."
+            )
+        return CommandResult(text, private=True)
+
+    async def new(call: CommandCall) -> str:
+        conversation = await conversations.resolve(call.msg)
+        await conversations.start_fresh(conversation.id)
+        return "Started a fresh conversation: earlier messages here are forgotten."
+
+    return [
+        CommandSpec("help", "Show the commands you can use", help_, aliases=("start",)),
+        CommandSpec("budget", "Show your token budget for this month", budget, private=True),
+        CommandSpec("new", "Start a fresh conversation in this channel", new),
+    ]

@@ -1,0 +1,159 @@
+"""Conversations: one per (platform, channel, thread), created on first use,
+and the stored history sent back to the LLM.
+
+The identity of a conversation (id, key, platform, channel, thread, server)
+never changes, so it is cached in memory; what can change (`/new`, `/persona`)
+is read fresh with the history, in the same statement batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from bot.agent.history import HistoryRow
+from bot.store import Store
+from bot.store.models import Conversation, Message
+from bot.types import IncomingMessage, conversation_key
+
+CACHE_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRecord:
+    id: int
+    key: str
+    platform: str
+    channel_id: str
+    thread_id: str | None
+    server_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationState:
+    """The mutable part, read fresh for every run."""
+
+    persona_name: str | None
+    history: list[HistoryRow]
+
+
+def _record(row: Conversation) -> ConversationRecord:
+    assert row.id is not None
+    return ConversationRecord(
+        id=row.id,
+        key=row.key,
+        platform=row.platform,
+        channel_id=row.channel_id,
+        thread_id=row.thread_id or None,
+        server_id=row.server_id,
+    )
+
+
+class Conversations:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._cache: dict[str, ConversationRecord] = {}
+
+    async def resolve(self, msg: IncomingMessage) -> ConversationRecord:
+        return await self.resolve_key(
+            msg.platform, msg.platform_channel_id, msg.platform_thread_id, msg.platform_server_id
+        )
+
+    async def resolve_key(
+        self, platform: str, channel_id: str, thread_id: str | None, server_id: str | None
+    ) -> ConversationRecord:
+        key = conversation_key(platform, channel_id, thread_id)
+        found = self._cache.get(key) or await self.get(key)
+        if found is None:
+            try:
+                async with self._store.write() as session:
+                    row = Conversation(
+                        key=key,
+                        platform=platform,
+                        channel_id=channel_id,
+                        thread_id=thread_id or "",
+                        server_id=server_id,
+                    )
+                    session.add(row)
+                    await session.flush()
+                    found = _record(row)
+            except IntegrityError:  # created concurrently
+                found = await self.get(key)
+                if found is None:
+                    raise
+        if len(self._cache) >= CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = found
+        return found
+
+    async def get(self, key: str) -> ConversationRecord | None:
+        async with self._store.read() as session:
+            row = (await session.exec(select(Conversation).where(Conversation.key == key))).first()
+        return None if row is None else _record(row)
+
+    async def by_id(self, conversation_id: int) -> ConversationRecord | None:
+        async with self._store.read() as session:
+            row = await session.get(Conversation, conversation_id)
+        return None if row is None else _record(row)
+
+    async def state(
+        self, session: AsyncSession, conversation: ConversationRecord, turns: int
+    ) -> ConversationState:
+        """The persona choice and the messages of the last `turns` user turns
+        since the last `/new`, in two statements."""
+        persona_name, start = (
+            await session.exec(
+                select(Conversation.persona_name, Conversation.history_start_id).where(
+                    Conversation.id == conversation.id
+                )
+            )
+        ).one()
+        recent_users = (
+            select(Message.id)
+            .where(
+                Message.conversation_id == conversation.id,
+                Message.role == "user",
+                col(Message.id) >= (start or 0),
+            )
+            .order_by(col(Message.id).desc())
+            .limit(turns)
+            .subquery()
+        )
+        first = select(func.min(recent_users.c.id)).scalar_subquery()
+        rows = (
+            await session.exec(
+                select(Message)
+                .where(Message.conversation_id == conversation.id, col(Message.id) >= first)
+                .order_by(col(Message.id))
+            )
+        ).all()
+        history = [
+            HistoryRow(r.role, r.text, r.tool_use_id, r.tool_name, r.data, r.is_error) for r in rows
+        ]
+        return ConversationState(persona_name, history)
+
+    async def start_fresh(self, conversation_id: int) -> None:
+        """Forget the history of a conversation for the LLM (`/new`); rows stay."""
+        async with self._store.write() as session:
+            last = (
+                await session.exec(
+                    select(func.max(Message.id)).where(Message.conversation_id == conversation_id)
+                )
+            ).one()
+            await session.exec(
+                update(Conversation)
+                .where(col(Conversation.id) == conversation_id)
+                .values(history_start_id=(last or 0) + 1)
+            )
+
+    async def set_persona(self, conversation_id: int, persona_name: str | None) -> None:
+        async with self._store.write() as session:
+            await session.exec(
+                update(Conversation)
+                .where(col(Conversation.id) == conversation_id)
+                .values(persona_name=persona_name)
+            )

@@ -1,0 +1,191 @@
+"""Who is talking: platform account → user. Unknown people become guests.
+
+Owners are listed in config as "platform:user_id" and always get the owner role.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
+from bot.store import Store
+from bot.store.models import Budget, PlatformLink, User
+from bot.types import IncomingMessage, Role, utcnow
+
+log = logging.getLogger("switchboard.identity")
+
+CACHE_TTL_S = 30.0
+"""How long a resolved account is trusted without reading the database again.
+Changes made through this service take effect at once; changes made by another
+instance sharing the database take at most this long."""
+CACHE_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    id: int
+    role: Role
+    display_name: str | None
+    platform: str
+    platform_user_id: str
+
+    @property
+    def handle(self) -> str:
+        return f"{self.platform}:{self.platform_user_id}"
+
+
+def current_period() -> str:
+    return utcnow().strftime("%Y-%m")
+
+
+class Identity:
+    def __init__(self, store: Store, owners: Iterable[str]) -> None:
+        self._store = store
+        self._owners = frozenset(owners)
+        self._cache: dict[tuple[str, str], tuple[float, UserRecord, str | None]] = {}
+
+    def forget(self, user_id: int | None = None) -> None:
+        """Drop cached accounts (of one user, or all) after a change to them."""
+        if user_id is None:
+            self._cache.clear()
+            return
+        for key in [k for k, (_, rec, _) in self._cache.items() if rec.id == user_id]:
+            del self._cache[key]
+
+    async def resolve(self, msg: IncomingMessage) -> UserRecord:
+        return await self.resolve_account(
+            msg.platform,
+            msg.platform_user_id,
+            display_name=msg.user_display_name,
+        )
+
+    async def resolve_account(
+        self,
+        platform: str,
+        platform_user_id: str,
+        *,
+        display_name: str | None = None,
+        username: str | None = None,
+    ) -> UserRecord:
+        """The user behind a platform account, created as a guest (or owner) if new."""
+        cached = self._cache.get((platform, platform_user_id))
+        if (
+            cached is not None
+            and time.monotonic() - cached[0] < CACHE_TTL_S
+            and (not display_name or display_name == cached[1].display_name)
+            and (not username or username == cached[2])
+        ):
+            return cached[1]
+        record = await self._load(platform, platform_user_id, display_name, username)
+        if len(self._cache) >= CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[(platform, platform_user_id)] = (time.monotonic(), record, username)
+        return record
+
+    async def _load(
+        self,
+        platform: str,
+        platform_user_id: str,
+        display_name: str | None,
+        username: str | None,
+    ) -> UserRecord:
+        found = await self._find(platform, platform_user_id)
+        if found is None:
+            try:
+                found = await self._create(platform, platform_user_id, display_name, username)
+            except IntegrityError:
+                # Someone created it concurrently (same person, two messages at once).
+                found = await self._find(platform, platform_user_id)
+                if found is None:
+                    raise
+        user, link = found
+        wanted_owner = f"{platform}:{platform_user_id}" in self._owners
+        role = Role(user.role)
+        if (
+            (wanted_owner and role is not Role.OWNER)
+            or (display_name and link.display_name != display_name)
+            or (username and link.username != username)
+        ):
+            role = await self._refresh(user, link, wanted_owner, display_name, username)
+        assert user.id is not None
+        return UserRecord(
+            id=user.id,
+            role=role,
+            display_name=display_name or link.display_name or user.display_name,
+            platform=platform,
+            platform_user_id=platform_user_id,
+        )
+
+    async def find_account(self, platform: str, platform_user_id: str) -> int | None:
+        found = await self._find(platform, platform_user_id)
+        return None if found is None else found[0].id
+
+    async def _find(self, platform: str, platform_user_id: str) -> tuple[User, PlatformLink] | None:
+        async with self._store.read() as session:
+            row = (
+                await session.exec(
+                    select(User, PlatformLink)
+                    .join(PlatformLink, col(PlatformLink.user_id) == col(User.id))
+                    .where(
+                        PlatformLink.platform == platform,
+                        PlatformLink.platform_user_id == platform_user_id,
+                    )
+                )
+            ).first()
+        return None if row is None else (row[0], row[1])
+
+    async def _create(
+        self,
+        platform: str,
+        platform_user_id: str,
+        display_name: str | None,
+        username: str | None,
+    ) -> tuple[User, PlatformLink]:
+        role = Role.OWNER if f"{platform}:{platform_user_id}" in self._owners else Role.GUEST
+        async with self._store.write() as session:
+            user = User(display_name=display_name, role=role.value)
+            session.add(user)
+            await session.flush()
+            assert user.id is not None
+            link = PlatformLink(
+                user_id=user.id,
+                platform=platform,
+                platform_user_id=platform_user_id,
+                display_name=display_name,
+                username=username,
+            )
+            session.add(link)
+            session.add(Budget(user_id=user.id, period=current_period()))
+            await session.flush()
+        log.info(
+            "user.created id=%s account=%s:%s role=%s", user.id, platform, platform_user_id, role
+        )
+        return user, link
+
+    async def _refresh(
+        self,
+        user: User,
+        link: PlatformLink,
+        make_owner: bool,
+        display_name: str | None,
+        username: str | None,
+    ) -> Role:
+        async with self._store.write() as session:
+            if make_owner and user.role != Role.OWNER.value:
+                db_user = await session.get(User, user.id)
+                assert db_user is not None
+                db_user.role = Role.OWNER.value
+                db_user.updated_at = utcnow()
+                log.info("user.promoted id=%s role=owner (listed in admin.owners)", user.id)
+            db_link = await session.get(PlatformLink, link.id)
+            assert db_link is not None
+            if display_name:
+                db_link.display_name = display_name
+            if username:
+                db_link.username = username
+        return Role.OWNER if make_owner else Role(user.role)

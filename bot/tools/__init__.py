@@ -1,0 +1,1 @@
+"""Tools the agent may call: the registry and the built-in tools."""

@@ -1,0 +1,139 @@
+"""Shared fixtures: databases (SQLite always, PostgreSQL when
+SWITCHBOARD_TEST_POSTGRES_URL is set), the fake Anthropic API and a wired App."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from bot.app import App
+from bot.config import Secrets, Settings
+from bot.store import Store
+from tests.fakes.anthropic import FakeAnthropic
+
+POSTGRES_URL = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL")
+TEST_API_KEY = "sk-ant-test-0123456789abcdef"
+
+BACKENDS = [
+    "sqlite",
+    pytest.param(
+        "postgres",
+        marks=[
+            pytest.mark.postgres,
+            pytest.mark.skipif(not POSTGRES_URL, reason="SWITCHBOARD_TEST_POSTGRES_URL not set"),
+        ],
+    ),
+]
+
+
+class Database:
+    """A fresh, empty database for one test: a SQLite file or a PostgreSQL schema."""
+
+    def __init__(self, backend: str, tmp_path: Path) -> None:
+        self.backend = backend
+        self.schema: str | None = None
+        if backend == "sqlite":
+            self.url = f"sqlite+aiosqlite:///{tmp_path / 'test.db'}"
+        else:
+            assert POSTGRES_URL
+            self.url = POSTGRES_URL
+            self.schema = f"t_{secrets.token_hex(6)}"
+
+    async def create(self) -> None:
+        if self.schema:
+            engine = create_async_engine(self.url)
+            async with engine.begin() as conn:
+                await conn.execute(text(f'CREATE SCHEMA "{self.schema}"'))
+            await engine.dispose()
+
+    async def drop(self) -> None:
+        if self.schema:
+            engine = create_async_engine(self.url)
+            async with engine.begin() as conn:
+                await conn.execute(text(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
+            await engine.dispose()
+
+    def store(self) -> Store:
+        return Store(self.url, schema=self.schema)
+
+    def settings_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"url": self.url}
+        if self.schema:
+            data["schema_name"] = self.schema
+        return data
+
+
+@pytest.fixture(params=BACKENDS)
+async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    db = Database(request.param, tmp_path)
+    await db.create()
+    try:
+        yield db
+    finally:
+        await db.drop()
+
+
+@pytest.fixture
+async def sqlite_database(tmp_path: Path) -> Database:
+    return Database("sqlite", tmp_path)
+
+
+@pytest.fixture
+async def store(database: Database) -> AsyncIterator[Store]:
+    store = database.store()
+    await store.upgrade()
+    try:
+        yield store
+    finally:
+        await store.dispose()
+
+
+@pytest.fixture
+async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
+    async with FakeAnthropic(api_key=TEST_API_KEY) as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_anthropic_thread() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic(api_key=TEST_API_KEY) as fake:
+        yield fake
+
+
+def make_settings(database: Database, fake: FakeAnthropic, **sections: Any) -> Settings:
+    data: dict[str, Any] = {
+        "database": database.settings_data(),
+        "llm": {"base_url": fake.base_url, "max_retries": 0, **sections.pop("llm", {})},
+    }
+    data.update(sections)
+    return Settings.model_validate(data)
+
+
+AppFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_app(database: Database, fake_anthropic: FakeAnthropic) -> AsyncIterator[AppFactory]:
+    """Build and open an App on the test database, talking to the fake API."""
+    apps: list[App] = []
+
+    async def factory(*, tools: Any = (), **sections: Any) -> App:
+        app = App(
+            make_settings(database, fake_anthropic, **sections),
+            Secrets(anthropic_api_key=TEST_API_KEY),  # type: ignore[arg-type]
+            extra_tools=tools,
+        )
+        await app.open()
+        apps.append(app)
+        return app
+
+    yield factory
+    for app in apps:
+        await app.close(drain_timeout=1)
