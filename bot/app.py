@@ -13,6 +13,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sqlalchemy import text
+
 from bot.agent.errors import ErrorChannel
 from bot.agent.executor import ToolExecutor
 from bot.agent.loop import AgentLoop
@@ -26,10 +28,11 @@ from bot.errors import ConfigError, StartupError
 from bot.identity import Identity
 from bot.personas import sync_personas
 from bot.pipeline import Pipeline, Services
-from bot.ports import Adapter, Provider, Tool
+from bot.ports import Adapter, Provider, Tool, WebHooks
 from bot.store import Store
 from bot.tools.builtin import core_tools
 from bot.tools.registry import ToolRegistry
+from bot.web import WebServer
 
 log = logging.getLogger("switchboard.app")
 
@@ -56,6 +59,7 @@ class App:
     store: Store = field(init=False)
     pipeline: Pipeline = field(init=False)
     adapters: list[Adapter] = field(default_factory=list, init=False)
+    web: WebServer | None = field(default=None, init=False)
 
     async def open(self) -> Pipeline:
         if self.provider is None:
@@ -106,12 +110,27 @@ class App:
         return self.pipeline
 
     async def start_adapters(self, platforms: Sequence[str]) -> None:
-        for name in platforms:
-            adapter = load_adapter(name, self.settings, self.secrets)
+        """Create the adapters named in config and start them."""
+        await self.start([load_adapter(name, self.settings, self.secrets) for name in platforms])
+
+    async def start(self, created: Sequence[Adapter]) -> None:
+        """Serve the adapters' HTTP routes (and /healthz), then start them."""
+        server = self.settings.server
+        self.web = WebServer(server.host, server.port, self._health)
+        for adapter in created:
+            if isinstance(adapter, WebHooks):
+                self.web.add_routes(adapter.routes())
+        await self.web.start()
+        for adapter in created:
             self.pipeline.attach(adapter)
             await adapter.start(self.pipeline)
             self.adapters.append(adapter)
-            log.info("adapter.started platform=%s", name)
+            log.info("adapter.started platform=%s", adapter.platform)
+
+    async def _health(self) -> dict[str, object]:
+        async with self.store.read() as session:
+            await session.exec(text("SELECT 1"))  # type: ignore[call-overload]
+        return {"database": "ok", "adapters": [a.platform for a in self.adapters]}
 
     def attach(self, adapter: Adapter) -> None:
         self.pipeline.attach(adapter)
@@ -125,6 +144,8 @@ class App:
                 await adapter.stop()
             except Exception:
                 log.exception("adapter.stop_failed platform=%s", adapter.platform)
+        if self.web is not None:
+            await self.web.stop()
         if self.provider is not None:
             await self.provider.aclose()
         if hasattr(self, "store"):

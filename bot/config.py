@@ -201,6 +201,10 @@ class Settings(Section):
         section = getattr(self, platform, None)
         return bool(getattr(section, "require_mention", True))
 
+    def keep_group_context(self, platform: str) -> bool:
+        section = getattr(self, platform, None)
+        return bool(getattr(section, "keep_group_context", False))
+
     def enabled_platforms(self) -> list[str]:
         return [name for name in ("telegram", "slack", "discord") if getattr(self, name).enabled]
 

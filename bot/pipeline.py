@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from bot.agent.content import user_content
 from bot.agent.history import to_chat_messages
 from bot.agent.loop import AgentLoop, RunSpec, RunState
 from bot.agent.prompt import PromptContext, build_system
@@ -28,18 +29,17 @@ from bot.conversations import ConversationRecord, Conversations, ConversationSta
 from bot.dedupe import EventLog
 from bot.errors import BudgetExceeded, ProviderError
 from bot.identity import Identity, UserRecord
-from bot.llm.types import ChatMessage, TextBlock
+from bot.llm.types import ChatMessage
 from bot.personas import PersonaBook, PersonaRecord
 from bot.ports import Adapter, CommandInfo, ToolContext
 from bot.store import Store
-from bot.store.models import DeliveryFailure
+from bot.store.models import DeliveryFailure, Message
 from bot.tools.registry import ToolRegistry
 from bot.turns import TurnRecord, record_turn
-from bot.types import IncomingMessage, Reply, ReplyKind
+from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
 
-Status = Literal["ignored", "duplicate", "command", "refused", "silent", "answered", "failed"]
 RunStatus = Literal["completed", "silent", "failed"]
 
 TYPING_INTERVAL_S = 4.0
@@ -56,13 +56,6 @@ PROVIDER_REASONS = {
     "ContextWindowExceeded": "the conversation is too long",
     "ProviderBadRequest": "the request was rejected",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    status: Status
-    replies: tuple[Reply, ...] = ()
-    run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +120,9 @@ class Pipeline:
         # The gate is a pure check, so it runs before dedupe: ignored group
         # chatter costs no database write.
         if not self._addressed(msg):
+            if msg.chat_type == "group" and self.s.settings.keep_group_context(msg.platform):
+                await self._keep_as_context(msg)
+                return Outcome("context")
             return Outcome("ignored")
         key = msg.dedupe_key
         if key and not await self.s.events.claim(msg.platform, key):
@@ -177,11 +173,20 @@ class Pipeline:
             reply = self._reply(msg, _budget_refusal(refusal), "refusal", private=True)
             return await self._deliver(Outcome("refused", (reply,)), deliver)
 
+        content = user_content(msg)
+        notice: tuple[Reply, ...] = ()
+        if content.problems:
+            text = "I couldn't use " + "; ".join(content.problems) + "."
+            notice = (self._reply(msg, text, "notice"),)
+            if not content.usable:  # nothing left to answer: no LLM call
+                await self._finish_event(msg, "refused")
+                return await self._deliver(Outcome("refused", notice), deliver)
+            await self._deliver(Outcome("refused", notice), deliver)
         persona = self.s.personas.resolve(msg.platform, msg.platform_server_id, state.persona_name)
         run_id = secrets.token_hex(8)
         model = persona.model or (llm.fast_model if msg.source == "scheduler" else llm.model)
-        user_text = _user_text(msg)
-        run = RunState(messages=[ChatMessage("user", (TextBlock(user_text),))])
+        user_text = content.text
+        run = RunState(messages=[ChatMessage("user", content.blocks)])
         spec = self._spec(msg, user, conversation, persona, state, model, run_id)
         started = time.perf_counter()
         result = await self._agent(spec, run, msg)
@@ -220,14 +225,14 @@ class Pipeline:
             (time.perf_counter() - started) * 1000,
         )
         if result.status == "silent":
-            return Outcome("silent", run_id=run_id)
+            return Outcome("silent", notice, run_id)
         if result.status == "failed":
             reason = PROVIDER_REASONS.get(result.error_kind, "provider error")
             reply = self._reply(msg, PROVIDER_ERROR_REPLY.format(reason=reason), "error")
-            return await self._deliver(Outcome("failed", (reply,), run_id), deliver)
+            return _with(notice, await self._deliver(Outcome("failed", (reply,), run_id), deliver))
         assert result.reply_text is not None
         reply = self._reply(msg, result.reply_text, "answer")
-        return await self._deliver(Outcome("answered", (reply,), run_id), deliver)
+        return _with(notice, await self._deliver(Outcome("answered", (reply,), run_id), deliver))
 
     async def _agent(self, spec: RunSpec, run: RunState, msg: IncomingMessage) -> _Result:
         """Run the agent loop; provider errors become a failed result (recorded,
@@ -345,6 +350,23 @@ class Pipeline:
 
     # -- helpers ------------------------------------------------------------
 
+    async def _keep_as_context(self, msg: IncomingMessage) -> None:
+        """Store a group message the bot was not asked about, so a later
+        question in the same conversation can refer to it. No run, no reply."""
+        user = await self.s.identity.resolve(msg)
+        conversation = await self.s.conversations.resolve(msg)
+        async with self.s.store.write() as session:
+            session.add(
+                Message(
+                    conversation_id=conversation.id,
+                    role="user",
+                    text=user_content(msg).text,
+                    user_id=user.id,
+                    platform_message_id=msg.platform_message_id,
+                    created_at=msg.received_at,
+                )
+            )
+
     async def _finish_event(self, msg: IncomingMessage, status: str) -> None:
         if msg.dedupe_key:
             try:
@@ -384,18 +406,11 @@ class Pipeline:
                 await task
 
 
-def _user_text(msg: IncomingMessage) -> str:
-    text = msg.text
-    if msg.attachments:
-        notes = ", ".join(
-            f"{a.kind} {a.name or a.file_id}" + (f" ({a.mime_type})" if a.mime_type else "")
-            for a in msg.attachments
-        )
-        text = f"{text}\n\n[Attached: {notes}]".strip()
-    if msg.chat_type == "group" and msg.source == "user":
-        name = msg.user_display_name or msg.platform_user_id
-        text = f"[{name}] {text}"
-    return text
+def _with(first: tuple[Reply, ...], outcome: Outcome) -> Outcome:
+    """The outcome with replies already sent before it listed first."""
+    if not first:
+        return outcome
+    return Outcome(outcome.status, (*first, *outcome.replies), outcome.run_id)
 
 
 def _budget_refusal(detail: str) -> str:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from bot.llm.types import LLMRequest, LLMResponse
-from bot.types import IncomingMessage, Reply, Role, Target
+
+if TYPE_CHECKING:
+    from aiohttp import web
+from bot.types import IncomingMessage, Outcome, Reply, Role, Target
 
 TextCallback = Callable[[str], Awaitable[None]]
 
@@ -59,9 +62,13 @@ class CommandInfo:
 
 
 class Core(Protocol):
-    """What adapters see of the service: a sink for messages and the command list."""
+    """What adapters see of the service: a sink for messages and the command list.
 
-    async def handle(self, msg: IncomingMessage, *, deliver: bool = True) -> Any: ...
+    `handle(msg, deliver=False)` returns the replies instead of sending them,
+    for platforms that answer through their own channel (slash commands,
+    interactions)."""
+
+    async def handle(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome: ...
 
     def command_infos(self) -> Sequence[CommandInfo]: ...
 
@@ -91,3 +98,26 @@ class Interactive(Protocol):
     platform: str
 
     async def run(self) -> None: ...
+
+
+RouteHandler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """An HTTP endpoint an adapter serves on the service's web server
+    (`[server] host`/`port`), e.g. `POST /telegram/webhook`."""
+
+    method: str
+    path: str
+    handler: RouteHandler
+
+
+@runtime_checkable
+class WebHooks(Protocol):
+    """An adapter that receives platform events over HTTP. `routes()` is called
+    after `create_adapter` and before `start`."""
+
+    platform: str
+
+    def routes(self) -> Sequence[Route]: ...

@@ -3,6 +3,7 @@ the run record, token logs and the budget charge — in one transaction."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ from bot.conversations import ConversationRecord
 from bot.identity import UserRecord
 from bot.llm.types import ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from bot.pricing import estimate_cost
-from bot.store.models import Message, ProcessedEvent, Run, TokenLog
+from bot.store.models import Message, ProcessedEvent, Run, StoredFile, TokenLog
 from bot.types import IncomingMessage, utcnow
 
 
@@ -98,6 +99,22 @@ async def record_turn(
             )
         )
     session.add_all(rows)
+    for attachment in msg.attachments:
+        if attachment.data is not None:
+            session.add(
+                StoredFile(
+                    conversation_id=conversation_id,
+                    run_id=turn.run_id,
+                    platform=msg.platform,
+                    platform_file_id=attachment.file_id,
+                    kind=attachment.kind,
+                    name=attachment.name,
+                    mime_type=attachment.mime_type,
+                    size=len(attachment.data),
+                    sha256=hashlib.sha256(attachment.data).hexdigest(),
+                    data=attachment.data,
+                )
+            )
     for call in state.calls:
         session.add(
             TokenLog(

@@ -59,6 +59,9 @@ class Attachment:
     size: int | None = None
     url: str | None = None
     data: bytes | None = field(default=None, repr=False, compare=False)
+    """The file's bytes, when the adapter downloaded it."""
+    problem: str | None = None
+    """Why it was not downloaded (too large, unsupported type, failed), for the user."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,8 @@ class IncomingMessage:
     attachments: tuple[Attachment, ...] = ()
     source: Source = "user"
     received_at: datetime = field(default_factory=utcnow)
+    mentioned_user_ids: tuple[str, ...] = ()
+    """Platform user ids of other people mentioned in the text (for `/cmd @user`)."""
     event_id: str | None = None
     """The platform's delivery id used for dedupe (update_id, event_id, ...).
 
@@ -139,6 +144,9 @@ class IncomingMessage:
 
 
 ReplyKind = Literal["answer", "command", "refusal", "error", "notice"]
+OutcomeStatus = Literal[
+    "ignored", "context", "duplicate", "command", "refused", "silent", "answered", "failed"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,3 +186,13 @@ class Usage:
             + self.cache_read_tokens
             + self.cache_write_tokens
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What `Core.handle` did with a message, and the replies it produced
+    (already delivered unless the caller asked `deliver=False`)."""
+
+    status: OutcomeStatus
+    replies: tuple[Reply, ...] = ()
+    run_id: str | None = None

@@ -179,7 +179,7 @@ def test_failed_migration(tmp_path: Path):
 def test_db_upgrade_and_check(tmp_path: Path):
     db = tmp_path / "db.sqlite"
     upgrade = run_cli(["db", "upgrade"], db=db)
-    assert upgrade.returncode == 0 and "revision 0001" in upgrade.stdout
+    assert upgrade.returncode == 0 and "database at revision 0" in upgrade.stdout
     check = run_cli(["db", "check"], db=db)
     assert check.returncode == 0 and "match" in check.stdout
 

@@ -4,6 +4,7 @@ real anthropic SDK against the fake Messages API, a recording adapter."""
 from __future__ import annotations
 
 import asyncio
+import base64
 
 from sqlmodel import col, select
 
@@ -13,9 +14,11 @@ from bot.store.models import (
     Message,
     ProcessedEvent,
     Run,
+    StoredFile,
     TokenLog,
     User,
 )
+from bot.types import Attachment
 from tests.fakes.anthropic import (
     FakeUsage,
     overloaded_error,
@@ -232,3 +235,69 @@ async def test_typing_indicator_is_shown_while_running(make_app, fake_anthropic)
     app, adapter = await open_app(make_app)
     await app.pipeline.handle(message("hi"))
     assert adapter.typing and adapter.typing[0].channel_id == "room"
+
+
+async def test_images_and_text_documents_reach_the_model(make_app, fake_anthropic):
+    app, _ = await open_app(make_app)
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+    msg = message(
+        "what is in these?",
+        attachments=(
+            Attachment("image", "f1", "cat.png", "image/png", len(png), data=png),
+            Attachment("document", "f2", "notes.txt", "text/plain", 11, data=b"hello notes"),
+        ),
+    )
+    assert (await app.pipeline.handle(msg)).status == "answered"
+
+    blocks = fake_anthropic.last_request.messages[-1]["content"]
+    image = next(b for b in blocks if b["type"] == "image")
+    assert image["source"] == {
+        "type": "base64",
+        "media_type": "image/png",
+        "data": base64.b64encode(png).decode(),
+    }
+    assert any('<document name="notes.txt">\nhello notes' in b.get("text", "") for b in blocks)
+    async with app.store.read() as s:
+        stored = (await s.exec(select(StoredFile).order_by(col(StoredFile.id)))).all()
+        user_row = (await s.exec(select(Message).where(Message.role == "user"))).one()
+    assert [(f.name, f.data) for f in stored] == [("cat.png", png), ("notes.txt", b"hello notes")]
+    assert "[Image: cat.png]" in user_row.text and "hello notes" not in user_row.text
+
+
+async def test_unusable_attachment_gets_a_clear_reply_without_llm_call(make_app, fake_anthropic):
+    app, adapter = await open_app(make_app)
+    too_big = Attachment(
+        "document",
+        "f3",
+        "video.mp4",
+        "video/mp4",
+        50_000_000,
+        problem="too large (47.7 MB, the limit is 10 MB)",
+    )
+    outcome = await app.pipeline.handle(message("", attachments=(too_big,)))
+    assert outcome.status == "refused"
+    assert fake_anthropic.request_count == 0
+    assert adapter.texts == ["I couldn't use video.mp4: too large (47.7 MB, the limit is 10 MB)."]
+
+    binary = Attachment(
+        "document", "f4", "blob.bin", "application/octet-stream", 4, data=b"\x00\x01\x02\x03"
+    )
+    outcome = await app.pipeline.handle(message("and this?", attachments=(binary,)))
+    assert outcome.status == "answered" and fake_anthropic.request_count == 1
+    assert "unsupported file type application/octet-stream" in adapter.texts[1]
+    assert adapter.texts[2].startswith("echo:")
+
+
+async def test_group_context_is_kept_when_configured(make_app, fake_anthropic):
+    app, adapter = await open_app(make_app, telegram={"keep_group_context": True})
+    group = {"platform": "telegram", "chat_type": "group"}
+    outcome = await app.pipeline.handle(message("the deploy is at 5pm", **group))
+    assert outcome.status == "context" and adapter.sent == []
+
+    await app.pipeline.handle(message("@bot when is the deploy?", mentions_bot=True, **group))
+    sent = fake_anthropic.last_request.messages
+    assert len(sent) == 1  # both in one user turn
+    assert [b["text"] for b in sent[0]["content"]] == [
+        "[Alice] the deploy is at 5pm",
+        "[Alice] @bot when is the deploy?",
+    ]

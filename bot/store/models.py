@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Index, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Index, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from bot.store.columns import UTCDateTime
@@ -131,6 +131,25 @@ class Message(SQLModel, table=True):
     """tool_call: the input; user: attachment metadata."""
     is_error: bool = False
     silent: bool = False
+    created_at: datetime = _ts()
+
+
+class StoredFile(SQLModel, table=True):
+    """An attachment a user sent, kept with the message it came with."""
+
+    __tablename__ = "files"
+
+    id: int | None = Field(default=None, primary_key=True)
+    conversation_id: int = Field(foreign_key="conversations.id", index=True)
+    run_id: str | None = Field(default=None, max_length=32)
+    platform: str = Field(max_length=32)
+    platform_file_id: str = Field(max_length=400)
+    kind: str = Field(max_length=16)
+    name: str | None = Field(default=None, max_length=400)
+    mime_type: str | None = Field(default=None, max_length=200)
+    size: int = Field(default=0, sa_type=BigInteger)
+    sha256: str = Field(max_length=64)
+    data: bytes = Field(sa_type=LargeBinary)
     created_at: datetime = _ts()
 
 
