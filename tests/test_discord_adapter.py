@@ -18,10 +18,11 @@ from sqlmodel import select
 from adapters.discord import DiscordAdapter, create_adapter
 from bot.app import App
 from bot.commands import CommandCall, CommandSpec
-from bot.config import Secrets
-from bot.errors import ConfigError
+from bot.config import DiscordSettings, Secrets
+from bot.errors import ConfigError, StartupError
+from bot.ports import CommandInfo
 from bot.store.models import DeliveryFailure
-from bot.types import Role
+from bot.types import IncomingMessage, Outcome, Reply, Role
 from tests.fakes.anthropic import FakeAnthropic, text_reply
 from tests.fakes.discord import FakeDiscord, Posted
 from tests.fakes.discord_payloads import (
@@ -417,6 +418,23 @@ async def _answered(fake: FakeDiscord, payload: dict[str, Any]) -> Posted:
     return await fake.wait_until(filled)
 
 
+async def test_a_follow_up_that_cannot_be_sent_is_recorded(
+    start_discord, fake_discord: FakeDiscord
+):
+    app, adapter = await start_discord()
+    payload = fake_discord.slash_command("budget")
+    fake_discord.expire(payload)  # e.g. the 15 minutes of an interaction token are over
+    await fake_discord.dispatch("INTERACTION_CREATE", payload)
+    await fake_discord.wait_until(
+        lambda: fake_discord.requests("POST", rf"/webhooks/\d+/{payload['token']}")
+    )
+    await adapter.idle()
+    [failure] = await failures(app)
+    assert failure.channel_id == CHANNEL_ID and "tokens this month" in failure.text
+    assert failure.reason.startswith("DeliveryFailed: interaction follow-up failed")
+    assert "Invalid Webhook Token" in failure.reason
+
+
 # -- startup, configuration ----------------------------------------------------------
 
 
@@ -463,3 +481,50 @@ async def test_a_missing_message_content_intent_is_explained(make_app):
         adapter = create_adapter(app.settings, SECRETS)
         with pytest.raises(ConfigError, match=r"Message Content intent.*developer portal"):
             await adapter.start(app.pipeline)
+
+
+async def test_an_unreachable_discord_is_a_startup_error(make_app):
+    async with FakeDiscord() as fake:
+        api_base_url = fake.api_base_url
+    app = await make_app(discord={"enabled": True, "api_base_url": api_base_url})
+    with pytest.raises(StartupError, match=r"cannot log in to Discord at http://127\.0\.0\.1"):
+        await create_adapter(app.settings, SECRETS).start(app.pipeline)
+
+
+class StubCore:
+    """Records what the adapter hands over; answers nothing."""
+
+    def __init__(self) -> None:
+        self.messages: list[IncomingMessage] = []
+
+    async def handle(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome:
+        self.messages.append(msg)
+        return Outcome("ignored")
+
+    def command_infos(self) -> list[CommandInfo]:
+        return []
+
+    async def record_delivery_failure(self, reply: Reply, error: BaseException) -> None:
+        raise AssertionError("nothing is sent here")
+
+
+async def test_a_new_session_reconnects_to_the_configured_gateway(fake_discord: FakeDiscord):
+    """discord.py opens every non-resumed session on DiscordWebSocket.DEFAULT_GATEWAY:
+    after an INVALID_SESSION the adapter must land on the configured server again.
+    (discord.py waits 5 s before re-identifying; no assertion depends on it.)"""
+    settings = DiscordSettings(enabled=True, api_base_url=fake_discord.api_base_url)
+    adapter, core = DiscordAdapter(settings, TOKEN), StubCore()
+    await adapter.start(core)
+    try:
+        await fake_discord.gateway.invalidate_sessions()
+        await fake_discord.wait_until(
+            lambda: (
+                len(fake_discord.identified) == 2
+                and any(s.identified for s in fake_discord.gateway.sessions)
+            )
+        )
+        await fake_discord.dispatch("MESSAGE_CREATE", fake_discord.user_message("after"))
+        await settle(fake_discord, adapter)
+        assert [m.text for m in core.messages] == ["after"]
+    finally:
+        await adapter.stop()

@@ -59,7 +59,7 @@ class DiscordAdapter:
         self._core: Core | None = None
         self._endpoints: Endpoints | None = None
         self._connection: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._files = Downloader(settings.max_file_bytes)
         self.identity = BotIdentity(PLATFORM, "")
 
@@ -81,15 +81,7 @@ class DiscordAdapter:
         except BaseException:
             await self.stop()
             raise
-        assert client.user is not None
-        self.identity = BotIdentity(PLATFORM, str(client.user.id), client.user.name)
-        await self._files.open()
-        log.info(
-            "discord.ready user=%s id=%s guilds=%d",
-            client.user.name,
-            client.user.id,
-            len(client.guilds),
-        )
+        log.info("discord.ready user=%s id=%s", self.identity.username, self.identity.user_id)
 
     async def _connect(self, client: SwitchboardClient) -> None:
         where = self.settings.api_base_url
@@ -101,6 +93,9 @@ class DiscordAdapter:
             ) from None
         except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             raise StartupError(f"cannot log in to Discord at {where}: {_describe(exc)}") from None
+        assert client.user is not None  # login() fetched /users/@me
+        self.identity = BotIdentity(PLATFORM, str(client.user.id), client.user.name)
+        await self._files.open()  # messages may arrive as soon as the gateway is up
         self._connection = asyncio.create_task(client.connect(reconnect=True))
         ready = asyncio.create_task(client.connected.wait())
         await asyncio.wait(
@@ -140,7 +135,7 @@ class DiscordAdapter:
         self._core = None
 
     async def idle(self) -> None:
-        """Wait until every message received so far has been handled."""
+        """Wait until every message and command received so far has been handled."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
@@ -175,7 +170,17 @@ class DiscordAdapter:
         return frozenset({str(role.id)}) if role is not None else frozenset()
 
     async def _on_command(self, interaction: discord.Interaction) -> None:
-        """A slash command: defer at once, run it through the core, answer by follow-up."""
+        """A slash command: defer at once, run it through the core, answer by follow-up.
+        Runs in discord.py's task, tracked with ours so `idle` and `stop` see it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await self._command(interaction)
+        finally:
+            self._tasks.discard(task)
+
+    async def _command(self, interaction: discord.Interaction) -> None:
         try:
             await interaction.response.defer(ephemeral=True, thinking=True)
         except SEND_ERRORS as exc:  # expired, answered elsewhere, unreachable: no way to reply
@@ -205,7 +210,8 @@ class DiscordAdapter:
         for reply in replies:
             try:
                 for chunk in render(reply.text):
-                    if placeholder and not reply.private:
+                    if placeholder and not reply.private:  # it is ephemeral: make way
+                        placeholder = False
                         await interaction.delete_original_response()
                     await interaction.followup.send(
                         chunk, ephemeral=reply.private, allowed_mentions=NO_PINGS, wait=True

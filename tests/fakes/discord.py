@@ -47,17 +47,13 @@ from tests.fakes.discord_gateway import Gateway
 from tests.fakes.discord_payloads import (
     ALICE,
     APP_ID,
-    BOB,
     BOT_USER,
     CHANNEL_ID,
     DM_CHANNEL_ID,
     EPHEMERAL,
-    EVERYONE,
     GUILD_ID,
     LOADING,
-    ROLE_MENTION,
     TOKEN,
-    USER_MENTION,
     application_object,
     attachment_object,
     command_object,
@@ -66,10 +62,11 @@ from tests.fakes.discord_payloads import (
     interaction_object,
     invalid_content,
     json_response,
-    member_object,
     message_object,
     pings,
     rate_limited,
+    reference_object,
+    user_message_object,
 )
 
 WAIT_LIMIT_S = 30.0
@@ -130,6 +127,7 @@ class FakeDiscord:
         self._messages: dict[str, dict[str, Any]] = {}
         self._limits: dict[str, list[tuple[float, bool]]] = {}
         self._failures: dict[str, tuple[int, int, str]] = {}
+        self._expired: set[str] = set()
         self._ids = itertools.count(1)
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -199,6 +197,11 @@ class FakeDiscord:
         """Refuse every message POST to `channel_id` (default: Missing Permissions)."""
         self._failures[channel_id] = (status, code, text or "Missing Permissions")
 
+    def expire(self, payload: Mapping[str, Any]) -> None:
+        """The interaction's token has expired (15 minutes on Discord) after it was
+        acknowledged: its follow-up webhook calls are refused."""
+        self._expired.add(payload["token"])
+
     def add_file(self, filename: str, data: bytes, content_type: str | None) -> dict[str, Any]:
         """An attachment object for a file the fake CDN serves."""
         file_id = self.snowflake()
@@ -217,30 +220,10 @@ class FakeDiscord:
         attachments: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, Any]:
         """A MESSAGE_CREATE `d` as Discord sends it for a person's message."""
-        users = {u["id"]: u for u in (ALICE, BOB, BOT_USER)}
-        ids = dict.fromkeys(USER_MENTION.findall(content))
-        message = message_object(
-            self.snowflake(),
-            channel_id,
-            dict(author),
-            content,
-            mentions=[dict(users[i]) for i in ids if i in users],
-            mention_roles=list(dict.fromkeys(ROLE_MENTION.findall(content))),
-            mention_everyone=bool(EVERYONE.search(content)),
-            attachments=list(attachments),
+        referenced = self._messages[reply_to.id] if reply_to is not None else None
+        message = user_message_object(
+            self.snowflake(), channel_id, author, content, guild, referenced, attachments
         )
-        if reply_to is not None:
-            referenced = self._messages[reply_to.id]
-            message["type"] = 19
-            message["message_reference"] = self._reference(referenced["id"], channel_id)
-            message["referenced_message"] = referenced
-            if referenced["author"]["id"] not in ids:  # a reply pings its author by default
-                message["mentions"].append(dict(referenced["author"]))
-        if guild:
-            message["guild_id"] = GUILD_ID
-            message["member"] = member_object()
-            for user in message["mentions"]:
-                user["member"] = member_object()
         self._messages[message["id"]] = message
         return message
 
@@ -325,6 +308,8 @@ class FakeDiscord:
         authless = path.startswith(("/interactions/", "/webhooks/", "/attachments/"))
         if not authless and request.headers.get("Authorization") != f"Bot {self.token}":
             response: web.StreamResponse = error(401, 0, "401: Unauthorized")
+        elif path.startswith("/webhooks/") and request.match_info.get("token") in self._expired:
+            response = error(401, 50027, "Invalid Webhook Token")
         else:
             response = await handler(request)
         await self._notify()
@@ -396,7 +381,7 @@ class FakeDiscord:
             message["guild_id"] = GUILD_ID
         if referenced is not None:
             message["type"] = 19
-            message["message_reference"] = self._reference(referenced["id"], channel_id)
+            message["message_reference"] = reference_object(referenced["id"], channel_id)
             message["referenced_message"] = referenced
         if posted.interaction_id:
             message.update(webhook_id=APP_ID, application_id=APP_ID)
@@ -405,12 +390,6 @@ class FakeDiscord:
             )
         self._messages[posted.id] = message
         return posted
-
-    def _reference(self, message_id: str, channel_id: str) -> dict[str, Any]:
-        reference = {"type": 0, "message_id": message_id, "channel_id": channel_id}
-        if channel_id != DM_CHANNEL_ID:
-            reference["guild_id"] = GUILD_ID
-        return reference
 
     # -- interactions ---------------------------------------------------------------
 

@@ -74,6 +74,12 @@ class Gateway:
         await session.send({"op": 1, "d": None, "s": None, "t": None})
         return session.seq
 
+    async def invalidate_sessions(self) -> None:
+        """INVALID_SESSION (op 9), not resumable: clients must IDENTIFY afresh."""
+        for session in list(self.sessions):
+            if session.identified:
+                await session.send({"op": 9, "d": False, "s": None, "t": None})
+
     async def close(self) -> None:
         for session in list(self.sessions):
             await session.ws.close(code=1001)

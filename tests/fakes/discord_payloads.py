@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -324,3 +324,49 @@ def attachment_object(
     if content_type:
         attachment["content_type"] = content_type
     return attachment
+
+
+def user_message_object(
+    message_id: str,
+    channel_id: str,
+    author: Mapping[str, Any],
+    content: str,
+    guild: bool,
+    referenced: Mapping[str, Any] | None,
+    attachments: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """A person's message as MESSAGE_CREATE carries it: mentions resolved from the
+    content, in a guild with `guild_id` and the partial `member` objects, as a reply
+    (type 19) with the replied-to message, whose author it pings by default."""
+    users = {u["id"]: u for u in (ALICE, BOB, BOT_USER)}
+    ids = dict.fromkeys(USER_MENTION.findall(content))
+    message = message_object(
+        message_id,
+        channel_id,
+        dict(author),
+        content,
+        mentions=[dict(users[i]) for i in ids if i in users],
+        mention_roles=list(dict.fromkeys(ROLE_MENTION.findall(content))),
+        mention_everyone=bool(EVERYONE.search(content)),
+        attachments=list(attachments),
+    )
+    if referenced is not None:
+        message["type"] = 19
+        message["message_reference"] = reference_object(referenced["id"], channel_id)
+        message["referenced_message"] = referenced
+        if referenced["author"]["id"] not in ids:
+            message["mentions"].append(dict(referenced["author"]))
+    if guild:
+        message["guild_id"] = GUILD_ID
+        message["member"] = member_object()
+        for user in message["mentions"]:
+            user["member"] = member_object()
+    return message
+
+
+def reference_object(message_id: str, channel_id: str) -> dict[str, Any]:
+    """A reply's `message_reference` as received (channel_id always present)."""
+    reference = {"type": 0, "message_id": message_id, "channel_id": channel_id}
+    if channel_id != DM_CHANNEL_ID:
+        reference["guild_id"] = GUILD_ID
+    return reference
