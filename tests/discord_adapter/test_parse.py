@@ -15,7 +15,7 @@ from adapters.discord import parse_interaction, parse_message
 from adapters.discord.parse import option_text, strip_mentions, user_mentions
 from bot.types import Attachment, BotIdentity, IncomingMessage
 
-DATA = Path(__file__).parent / "data" / "discord"
+DATA = Path(__file__).parent.parent / "data" / "discord"
 CASES = sorted(DATA.glob("*.json"))
 BOT = BotIdentity("discord", "1100000000000000001", "switchboard")
 
