@@ -179,9 +179,19 @@ class SlackSettings(Section):
 class DiscordSettings(Section):
     enabled: bool = False
     api_base_url: str = "https://discord.com/api/v10"
+    """REST base (discord.py's `Route.BASE`); the gateway URL comes from its /gateway/bot."""
     require_mention: bool = True
     sync_commands: bool = True
     max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
+    max_ratelimit_wait: float = Field(default=60.0, ge=30.0)
+    """Longest 429 wait (seconds) before a send gives up and is recorded as failed."""
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
 
 
 class Settings(Section):

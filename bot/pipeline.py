@@ -320,12 +320,13 @@ class Pipeline:
             await adapter.send(reply)
             return True
         except Exception as exc:
-            await self._record_delivery_failure(reply, exc)
+            await self.record_delivery_failure(reply, exc)
             return False
 
-    async def _record_delivery_failure(self, reply: Reply, exc: BaseException) -> None:
+    async def record_delivery_failure(self, reply: Reply, error: BaseException) -> None:
+        """Log and store a reply that could not be delivered (`delivery_failures`)."""
         target = reply.target
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = f"{type(error).__name__}: {error}"
         log.error(
             "delivery.failed platform=%s channel=%s thread=%s reason=%s",
             target.platform,

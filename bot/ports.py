@@ -66,11 +66,17 @@ class Core(Protocol):
 
     `handle(msg, deliver=False)` returns the replies instead of sending them,
     for platforms that answer through their own channel (slash commands,
-    interactions)."""
+    interactions); such an adapter reports what it then fails to deliver with
+    `record_delivery_failure`."""
 
     async def handle(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome: ...
 
     def command_infos(self) -> Sequence[CommandInfo]: ...
+
+    async def record_delivery_failure(self, reply: Reply, error: BaseException) -> None:
+        """Record a reply the adapter could not deliver itself (e.g. an interaction
+        follow-up after `handle(deliver=False)`), so it is not lost silently."""
+        ...
 
 
 @runtime_checkable

@@ -1,0 +1,277 @@
+"""The Discord adapter (discord.py 2.x): gateway events in, REST replies out.
+
+Messages: each raw `MESSAGE_CREATE` (see `client.py`) is parsed by `parse_message` and
+handed to the core in its own task; the core gates guild messages (mentioned, replied
+to, or commanded, unless `discord.require_mention = false`), dedupes on the message id
+and answers through `send`. Attachments are downloaded only for messages the core will
+answer.
+
+Delivery: `send` renders Markdown to chunks of at most 2000 characters and posts them
+to the channel (a thread is a channel); in guilds the first chunk is a reply to the
+author's message and may ping the author, nothing else ever pings
+(`AllowedMentions.none()`). discord.py retries 429s itself, per route and channel
+bucket, so a rate-limited channel never holds up another one; a wait longer than
+`discord.max_ratelimit_wait` gives up. Anything that finally fails raises
+`DeliveryFailed`, which the pipeline records.
+
+Slash commands: one per core command, synced at start (`discord.sync_commands`). The
+interaction is deferred ephemerally before anything else (Discord wants an answer
+within 3 s), then the core runs the command (`handle(deliver=False)`: our role check,
+never the LLM) and its replies are sent as follow-ups. The first follow-up after a
+deferral takes the deferral's visibility, so a private reply fills the ephemeral
+placeholder while a public one first deletes it and is then posted publicly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import discord
+
+from adapters.discord.client import NO_PINGS, REPLY_PING, Endpoints, SwitchboardClient
+from adapters.discord.files import Downloader
+from adapters.discord.parse import PLATFORM, command_message, option_text, parse_message
+from adapters.discord.render import render
+from bot.config import DiscordSettings, Secrets, Settings
+from bot.errors import ConfigError, DeliveryFailed, StartupError
+from bot.ports import Core
+from bot.types import BotIdentity, Reply, Target
+
+log = logging.getLogger("switchboard.discord")
+
+READY_TIMEOUT_S = 60.0
+SEND_ERRORS = (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError)
+
+
+class DiscordAdapter:
+    platform = PLATFORM
+
+    def __init__(self, settings: DiscordSettings, token: str) -> None:
+        self.settings = settings
+        self._token = token
+        self._client: SwitchboardClient | None = None
+        self._core: Core | None = None
+        self._endpoints: Endpoints | None = None
+        self._connection: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._files = Downloader(settings.max_file_bytes)
+        self.identity = BotIdentity(PLATFORM, "")
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def start(self, core: Core) -> None:
+        """Log in, sync commands, connect to the gateway; returns at READY."""
+        self._core = core
+        self._endpoints = Endpoints.apply(self.settings.api_base_url)
+        client = self._client = SwitchboardClient(
+            on_message_payload=self._on_message_payload,
+            commands=core.command_infos(),
+            on_command=self._on_command,
+            sync_commands=self.settings.sync_commands,
+            max_ratelimit_wait=self.settings.max_ratelimit_wait,
+        )
+        try:
+            await self._connect(client)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("discord.ready user=%s id=%s", self.identity.username, self.identity.user_id)
+
+    async def _connect(self, client: SwitchboardClient) -> None:
+        where = self.settings.api_base_url
+        try:
+            await client.login(self._token)
+        except discord.LoginFailure:
+            raise ConfigError(
+                "DISCORD_BOT_TOKEN was rejected by Discord (401 Unauthorized)"
+            ) from None
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            raise StartupError(f"cannot log in to Discord at {where}: {_describe(exc)}") from None
+        assert client.user is not None  # login() fetched /users/@me
+        self.identity = BotIdentity(PLATFORM, str(client.user.id), client.user.name)
+        await self._files.open()  # messages may arrive as soon as the gateway is up
+        self._connection = asyncio.create_task(client.connect(reconnect=True))
+        ready = asyncio.create_task(client.connected.wait())
+        await asyncio.wait(
+            {ready, self._connection}, timeout=READY_TIMEOUT_S, return_when="FIRST_COMPLETED"
+        )
+        if ready.done():
+            self._connection.add_done_callback(_connection_ended)
+            return
+        ready.cancel()
+        if not self._connection.done():
+            raise StartupError(f"Discord's gateway sent no READY within {READY_TIMEOUT_S:.0f}s")
+        error = self._connection.exception()
+        if isinstance(error, discord.PrivilegedIntentsRequired):
+            raise ConfigError(
+                "Discord refused the gateway connection: enable the privileged Message Content "
+                "intent for this bot in the developer portal (Bot → Privileged Gateway Intents)"
+            )
+        if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
+            raise ConfigError("DISCORD_BOT_TOKEN was rejected by Discord's gateway (4004)")
+        raise StartupError(f"cannot connect to Discord's gateway: {_describe(error)}")
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.close()
+        if self._connection is not None:
+            with contextlib.suppress(BaseException):
+                await self._connection
+            self._connection = None
+        await self._files.close()
+        if self._endpoints is not None:
+            self._endpoints.restore()
+            self._endpoints = None
+        self._client = None
+        self._core = None
+
+    async def idle(self) -> None:
+        """Wait until every message and command received so far has been handled."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- incoming -----------------------------------------------------------
+
+    def _on_message_payload(self, payload: Mapping[str, Any]) -> None:
+        self._spawn(self._handle_message(payload))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle_message(self, payload: Mapping[str, Any]) -> None:
+        try:
+            msg = parse_message(payload, self.identity, bot_role_ids=self._bot_roles(payload))
+            if msg is None or self._core is None:
+                return
+            if msg.attachments and (msg.addressed or not self.settings.require_mention):
+                msg = replace(msg, attachments=await self._files.fetch_all(msg.attachments))
+            await self._core.handle(msg)
+        except Exception:
+            log.exception("discord.message_failed id=%s", payload.get("id"))
+
+    def _bot_roles(self, payload: Mapping[str, Any]) -> frozenset[str]:
+        """The bot's managed role in the message's guild, from discord.py's guild cache."""
+        guild_id = payload.get("guild_id")
+        if self._client is None or not guild_id:
+            return frozenset()
+        guild = self._client.get_guild(int(guild_id))
+        role = guild.self_role if guild is not None else None
+        return frozenset({str(role.id)}) if role is not None else frozenset()
+
+    async def _on_command(self, interaction: discord.Interaction) -> None:
+        """A slash command: defer at once, run it through the core, answer by follow-up.
+        Runs in discord.py's task, tracked with ours so `idle` and `stop` see it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await self._command(interaction)
+        finally:
+            self._tasks.discard(task)
+
+    async def _command(self, interaction: discord.Interaction) -> None:
+        try:
+            await interaction.response.defer(ephemeral=True, thinking=True)
+        except SEND_ERRORS as exc:  # expired, answered elsewhere, unreachable: no way to reply
+            log.error("discord.defer_failed interaction=%s: %s", interaction.id, _describe(exc))
+            return
+        core = self._core
+        if core is None:
+            return
+        data: dict[str, Any] = dict(interaction.data or {})
+        msg = command_message(
+            interaction_id=str(interaction.id),
+            command=str(data.get("name", "")),
+            arguments=option_text(data.get("options")),
+            user_id=str(interaction.user.id),
+            user_name=interaction.user.display_name,
+            channel_id=str(interaction.channel_id),
+            guild_id=str(interaction.guild_id) if interaction.guild_id else None,
+            bot=self.identity,
+        )
+        outcome = await core.handle(msg, deliver=False)
+        await self._answer(interaction, outcome.replies, core)
+
+    async def _answer(
+        self, interaction: discord.Interaction, replies: Sequence[Reply], core: Core
+    ) -> None:
+        placeholder = True  # the deferred "thinking…" message is still showing
+        for reply in replies:
+            try:
+                for chunk in render(reply.text):
+                    if placeholder and not reply.private:  # it is ephemeral: make way
+                        placeholder = False
+                        await interaction.delete_original_response()
+                    await interaction.followup.send(
+                        chunk, ephemeral=reply.private, allowed_mentions=NO_PINGS, wait=True
+                    )
+                    placeholder = False
+            except SEND_ERRORS as exc:
+                await core.record_delivery_failure(
+                    reply, DeliveryFailed(f"interaction follow-up failed: {_describe(exc)}")
+                )
+        if placeholder:  # nothing to say (a duplicate delivery): remove "thinking…"
+            with contextlib.suppress(*SEND_ERRORS):
+                await interaction.delete_original_response()
+
+    # -- outgoing -----------------------------------------------------------
+
+    async def send(self, reply: Reply) -> list[str]:
+        target = reply.target
+        channel = self._channel(target)
+        chunks = render(reply.text)
+        sent: list[str] = []
+        for index, chunk in enumerate(chunks):
+            try:
+                if index == 0 and target.reply_to_message_id:
+                    reference = discord.MessageReference(
+                        message_id=int(target.reply_to_message_id),
+                        channel_id=int(target.channel_id),
+                        fail_if_not_exists=False,  # the author deleted it: post anyway
+                    )
+                    message = await channel.send(
+                        chunk, reference=reference, allowed_mentions=REPLY_PING
+                    )
+                else:
+                    message = await channel.send(chunk, allowed_mentions=NO_PINGS)
+            except SEND_ERRORS as exc:
+                part = f" (part {index + 1} of {len(chunks)})" if len(chunks) > 1 else ""
+                reason = f"Discord did not take the message{part}: {_describe(exc)}"
+                raise DeliveryFailed(reason) from exc
+            sent.append(str(message.id))
+        return sent
+
+    async def show_typing(self, target: Target) -> None:
+        await self._channel(target).typing()
+
+    def _channel(self, target: Target) -> discord.PartialMessageable:
+        if self._client is None:
+            raise DeliveryFailed("the Discord adapter is not running")
+        guild_id = int(target.server_id) if target.server_id else None
+        return self._client.get_partial_messageable(int(target.channel_id), guild_id=guild_id)
+
+
+def _describe(exc: BaseException | None) -> str:
+    if isinstance(exc, discord.RateLimited):
+        return f"rate limited for {exc.retry_after:.0f}s (longer than discord.max_ratelimit_wait)"
+    return f"{type(exc).__name__}: {exc}" if exc is not None else "no error"
+
+
+def _connection_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("discord.disconnected: %s", _describe(task.exception()))
+
+
+def create_adapter(settings: Settings, secrets: Secrets) -> DiscordAdapter:
+    return DiscordAdapter(settings.discord, secrets.require("discord_bot_token"))
