@@ -1,5 +1,6 @@
-"""Slack test rig: the fake Slack, an App wired to it with the real Slack
-adapter, and helpers that deliver signed requests like Slack does."""
+"""Slack test helpers: the `Rig` (an App with the real Slack adapter, talking to
+the fake Slack), payload builders, and signed delivery like Slack does it.
+The fixtures that build rigs are in `tests/slack_fixtures.py`."""
 
 from __future__ import annotations
 

@@ -256,7 +256,7 @@ async def test_typing_status_is_off_by_default(started, slack):
 
 async def test_a_rejected_bot_token_stops_the_start(slack):
     adapter = SlackAdapter(settings(slack), bot_token="xoxb-wrong", signing_secret="s")
-    with pytest.raises(StartupError, match="invalid_auth"):
+    with pytest.raises(StartupError, match=r"SLACK_BOT_TOKEN \(auth.test\): invalid_auth"):
         await adapter.start(GateCore())
     assert adapter._http is None  # nothing left open
 
@@ -265,7 +265,7 @@ async def test_a_rejected_app_token_stops_the_start(slack):
     adapter = SlackAdapter(
         settings(slack, mode="socket"), bot_token=BOT_TOKEN, app_token="xapp-1-wrong"
     )
-    with pytest.raises(StartupError, match="invalid_auth"):
+    with pytest.raises(StartupError, match=r"SLACK_APP_TOKEN \(apps.connections.open\): inv"):
         await adapter.start(GateCore())
     assert adapter._http is None
 

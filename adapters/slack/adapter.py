@@ -114,6 +114,7 @@ class SlackAdapter:
     async def start(self, core: Core) -> None:
         self._http = aiohttp.ClientSession()
         self.client.session = self._http  # one connection pool for every Web API call
+        step = "SLACK_BOT_TOKEN (auth.test)"
         try:
             auth = await self.client.auth_test()
             self.identity = BotIdentity(PLATFORM, str(auth["user_id"]), auth.get("user"))
@@ -127,11 +128,12 @@ class SlackAdapter:
             )
             self._core = core
             if self.settings.mode == "socket":
+                step = "SLACK_APP_TOKEN (apps.connections.open)"
                 await self._connect_socket()
         except SlackApiError as exc:
             await self._close()
             _, error = api_error(exc)
-            raise StartupError(f"Slack refused to start the bot: {error}") from None
+            raise StartupError(f"Slack refused {step}: {error}") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self._close()
             raise StartupError(
@@ -165,6 +167,7 @@ class SlackAdapter:
             _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE_S)
             for task in pending:
                 task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         await self._close()
 
     async def _close(self) -> None:
