@@ -174,6 +174,17 @@ class SlackSettings(Section):
     api_base_url: str = "https://slack.com/api/"
     require_mention: bool = True
     max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
+    command: str = Field(default="/switchboard", pattern=r"^/[a-z0-9_-]{1,31}$")
+    """The one slash command that carries every core command (`/switchboard budget`)."""
+    typing_status: str = ""
+    """Shown with assistant.threads.setStatus while the agent works; empty: off."""
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _trailing_slash(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value if value.endswith("/") else value + "/"
 
 
 class DiscordSettings(Section):

@@ -1,0 +1,348 @@
+"""The Slack adapter: slack-bolt's `AsyncApp` in front of the pipeline.
+
+Transports (`[slack] mode`):
+- `socket`: Socket Mode (SLACK_APP_TOKEN, scope `connections:write`); no public
+  URL. The WebSocket URL comes from `apps.connections.open` on
+  `slack.api_base_url`.
+- `http`: the Events API at `POST /slack/events` and slash commands at
+  `POST /slack/commands` on the service's web server (`[server]`). Bolt checks
+  every request's `v0` HMAC-SHA256 signature with SLACK_SIGNING_SECRET (5-minute
+  window, constant-time compare); a bad one gets 401 and nothing runs.
+
+Either way bolt runs our listeners before it answers (`process_before_response`)
+and they only parse and hand the message to a background task, so Slack's
+3-second acknowledgement never waits for files or the LLM.
+
+Events (subscribe to `message.im`, `message.channels`, `message.groups`,
+`message.mpim` and `app_mention`; bot scopes `chat:write`, `im:history`,
+`channels:history`, `groups:history`, `mpim:history`, `app_mentions:read`,
+`files:read`, `commands`): see `parse.py` for what becomes a message, which
+thread the reply goes to, and why a message that arrives both as `message` and
+as `app_mention` is answered once.
+
+Slash commands: ONE command, `/switchboard <name> args` (`slack.command`), not
+one per spec. Slack apps cannot register commands at runtime: each one must be
+created by hand in the app settings, so one command keeps new core commands
+working without touching the Slack app, and avoids clashes with Slack's own and
+other apps' commands (`/help`, `/new`, ...). An operator who does create
+`/budget` etc. pointing at us gets them too (any other command name maps to
+`/<name> args`). Commands are acknowledged at once and answered through the
+command's `response_url`: ephemeral when the reply is private, in the channel
+otherwise. Slash commands cannot be used in threads (Slack's rule); inside a
+thread, "@bot /new" works as a message.
+
+Typing: Slack has no typing indicator for bots in channels. With
+`slack.typing_status` set, the thread gets that status through
+`assistant.threads.setStatus` (apps with the "Agents & AI Apps" feature; Slack
+clears it when the reply is posted, or after two minutes); a channel where
+Slack refuses it is not asked again. Empty (the default): nothing is shown.
+
+Private replies to a message (not a slash command) go to the thread like any
+other: a `Reply` does not say who asked, which `chat.postEphemeral` needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from adapters.slack.delivery import Poster, Sleep, api_error
+from adapters.slack.files import FileFetcher, describe
+from adapters.slack.parse import PLATFORM, parse_command, parse_event
+from adapters.slack.render import render
+from bot.config import Secrets, Settings, SlackSettings
+from bot.errors import ConfigError, DeliveryFailed, StartupError
+from bot.ports import Core, Route
+from bot.types import BotIdentity, IncomingMessage, Reply, Target
+
+log = logging.getLogger("switchboard.slack")
+
+EVENTS_PATH = "/slack/events"
+COMMANDS_PATH = "/slack/commands"
+CONNECT_TIMEOUT_S = 30.0
+STOP_GRACE_S = 10.0
+
+
+class SlackAdapter:
+    platform = PLATFORM
+
+    def __init__(
+        self,
+        settings: SlackSettings,
+        *,
+        bot_token: str,
+        app_token: str | None = None,
+        signing_secret: str | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.settings = settings
+        self._token = bot_token
+        self._app_token = app_token
+        self.client = AsyncWebClient(token=bot_token, base_url=settings.api_base_url)
+        self.bolt = AsyncApp(
+            name="switchboard",
+            client=self.client,
+            signing_secret=signing_secret or "",
+            request_verification_enabled=settings.mode == "http",
+            process_before_response=True,
+        )
+        self.poster = Poster(self.client, sleep=sleep)
+        self.identity: BotIdentity | None = None
+        self.team_id: str | None = None
+        self._core: Core | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._files: FileFetcher | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._no_status: set[str] = set()
+        self._register()
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def start(self, core: Core) -> None:
+        self._http = aiohttp.ClientSession()
+        self.client.session = self._http  # one connection pool for every Web API call
+        step = "SLACK_BOT_TOKEN (auth.test)"
+        try:
+            auth = await self.client.auth_test()
+            self.identity = BotIdentity(PLATFORM, str(auth["user_id"]), auth.get("user"))
+            self.team_id = auth.get("team_id")
+            self._files = FileFetcher(
+                self.client,
+                self._http,
+                self._token,
+                self.settings.max_file_bytes,
+                self.settings.api_base_url,
+            )
+            self._core = core
+            if self.settings.mode == "socket":
+                step = "SLACK_APP_TOKEN (apps.connections.open)"
+                await self._connect_socket()
+        except SlackApiError as exc:
+            await self._close()
+            _, error = api_error(exc)
+            raise StartupError(f"Slack refused {step}: {error}") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            await self._close()
+            raise StartupError(
+                f"cannot reach Slack at {self.settings.api_base_url}: {type(exc).__name__}"
+            ) from None
+        except BaseException:
+            await self._close()
+            raise
+        log.info(
+            "slack.ready mode=%s bot_user=%s team=%s",
+            self.settings.mode,
+            self.identity.user_id,
+            self.team_id,
+        )
+
+    async def _connect_socket(self) -> None:
+        assert self._app_token is not None
+        # Opening the URL here (not in the SDK's reconnect loop) turns a bad
+        # SLACK_APP_TOKEN into a startup error instead of endless retries.
+        opened = await self.client.apps_connections_open(app_token=self._app_token)
+        handler = AsyncSocketModeHandler(self.bolt, self._app_token, web_client=self.client)
+        handler.client.wss_uri = str(opened["url"])
+        self._socket = handler
+        await asyncio.wait_for(handler.connect_async(), CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            await self._socket.close_async()  # type: ignore[no-untyped-call]
+            self._socket = None
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE_S)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self._close()
+
+    async def _close(self) -> None:
+        self._core = None
+        if self._socket is not None:
+            await self._socket.close_async()  # type: ignore[no-untyped-call]
+            self._socket = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+            self.client.session = None
+
+    async def idle(self) -> None:
+        """Wait until every event handed over so far has been fully handled."""
+        while self._tasks:
+            await asyncio.gather(*set(self._tasks), return_exceptions=True)
+
+    # -- HTTP transport ---------------------------------------------------------
+
+    def routes(self) -> Sequence[Route]:
+        if self.settings.mode != "http":
+            return []
+        return [
+            Route("POST", EVENTS_PATH, self._http_request),
+            Route("POST", COMMANDS_PATH, self._http_request),
+        ]
+
+    async def _http_request(self, request: web.Request) -> web.StreamResponse:
+        if self._core is None or self.identity is None:  # not started (or stopping)
+            return web.json_response({"error": "not ready"}, status=503)
+        retry = request.headers.get("X-Slack-Retry-Num")
+        if retry:
+            reason = request.headers.get("X-Slack-Retry-Reason", "")
+            log.info("slack.redelivery retry=%s reason=%s", retry, reason)
+        response = await self.bolt.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(response)
+
+    # -- events -----------------------------------------------------------------
+
+    def _register(self) -> None:
+        async def on_event(body: dict[str, Any]) -> None:
+            self._on_event(body)
+
+        async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
+            await ack()
+            self._spawn(self._answer_command(command))
+
+        async def ignore() -> None:
+            return None
+
+        self.bolt.event("message")(on_event)
+        self.bolt.event("app_mention")(on_event)
+        self.bolt.event(re.compile(".*"))(ignore)  # acknowledge the rest: no redeliveries
+        self.bolt.command(re.compile("^/"))(on_command)
+
+    def _on_event(self, body: Mapping[str, Any]) -> None:
+        if self.identity is None or self._core is None:
+            return
+        msg = parse_event(body, self.identity)
+        if msg is None:
+            return
+        log.debug(
+            "slack.event event=%s key=%s channel=%s",
+            body.get("event_id"),
+            msg.event_id,
+            msg.platform_channel_id,
+        )
+        self._spawn(self._handle(msg))
+
+    async def _handle(self, msg: IncomingMessage) -> None:
+        core = self._core
+        if core is None:
+            return
+        try:
+            if msg.attachments and self._files is not None and self._wanted(msg):
+                msg = await self._files.fill(msg)
+                log.info("slack.files key=%s %s", msg.event_id, describe(msg.attachments))
+            await core.handle(msg)
+        except Exception:
+            log.exception("slack.handle_failed key=%s", msg.event_id)
+
+    def _wanted(self, msg: IncomingMessage) -> bool:
+        """Whether the pipeline will act on it (so its files are worth fetching)."""
+        return msg.addressed or not self.settings.require_mention
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- slash commands -----------------------------------------------------------
+
+    async def _answer_command(self, payload: Mapping[str, Any]) -> None:
+        core = self._core
+        msg = parse_command(payload, self.settings.command)
+        if core is None or msg is None:
+            return
+        url = payload.get("response_url")
+        try:
+            outcome = await core.handle(msg, deliver=False)
+            for reply in outcome.replies:
+                await self._respond(str(url or ""), reply)
+        except Exception as exc:
+            log.error(
+                "slack.command_reply_failed command=%s user=%s channel=%s reason=%s: %s",
+                payload.get("command"),
+                msg.platform_user_id,
+                msg.platform_channel_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    async def _respond(self, response_url: str, reply: Reply) -> None:
+        if not response_url:
+            raise DeliveryFailed("the command came without a response_url")
+        webhook = AsyncWebhookClient(url=response_url, session=self._http)
+        kind = "ephemeral" if reply.private else "in_channel"
+        for chunk in render(reply.text):
+            response = await webhook.send(text=chunk, response_type=kind)
+            if response.status_code != 200:
+                raise DeliveryFailed(f"response_url answered HTTP {response.status_code}")
+
+    # -- delivery ---------------------------------------------------------------
+
+    async def send(self, reply: Reply) -> list[str]:
+        chunks = render(reply.text)
+        if not chunks:
+            return []
+        target = reply.target
+        thread = target.thread_id or target.reply_to_message_id
+        return await self.poster.post(target.channel_id, chunks, thread)
+
+    async def show_typing(self, target: Target) -> None:
+        status = self.settings.typing_status
+        thread = target.thread_id
+        if not status or not thread or target.channel_id in self._no_status:
+            return
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=target.channel_id, thread_ts=thread, status=status
+            )
+        except SlackApiError as exc:
+            _, error = api_error(exc)
+            if error != "ratelimited":
+                self._no_status.add(target.channel_id)
+                log.info("slack.status_unavailable channel=%s error=%s", target.channel_id, error)
+
+
+def create_adapter(settings: Settings, secrets: Secrets) -> SlackAdapter:
+    slack = settings.slack
+    bot_token = _secret(secrets, "slack_bot_token", "SLACK_BOT_TOKEN", "xox", "the bot token")
+    if slack.mode == "socket":
+        app_token = _secret(
+            secrets,
+            "slack_app_token",
+            "SLACK_APP_TOKEN",
+            "xapp-",
+            'an app-level token for [slack] mode = "socket"',
+        )
+        return SlackAdapter(slack, bot_token=bot_token, app_token=app_token)
+    signing_secret = _secret(
+        secrets,
+        "slack_signing_secret",
+        "SLACK_SIGNING_SECRET",
+        "",
+        'the signing secret for [slack] mode = "http"',
+    )
+    return SlackAdapter(slack, bot_token=bot_token, signing_secret=signing_secret)
+
+
+def _secret(secrets: Secrets, field: str, env: str, prefix: str, what: str) -> str:
+    value = getattr(secrets, field)
+    text = value.get_secret_value().strip() if value is not None else ""
+    if not text:
+        raise ConfigError(f"{env} is not set: the Slack adapter needs {what}")
+    if prefix and not text.startswith(prefix):
+        raise ConfigError(f"{env} does not look like {what} (it should start with {prefix}…)")
+    return text

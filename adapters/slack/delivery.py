@@ -1,0 +1,137 @@
+"""`chat.postMessage` with Slack's rate limits honoured per channel.
+
+Slack limits posting to about one message per second per channel and answers
+429 with `Retry-After`. Sends to one channel are serialized (so the parts of a
+long reply stay in order) and a 429 makes only that channel wait: every other
+channel keeps going. A part that still cannot be posted after `attempts`
+tries, or whose wait would exceed `max_wait`, raises `DeliveryFailed` (the
+pipeline records it). Errors Slack reports with `ok: false` (channel_not_found,
+not_in_channel, ...) are final and fail at once; 5xx answers and connection
+errors are retried with a short backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.errors import DeliveryFailed
+
+log = logging.getLogger("switchboard.slack.delivery")
+
+Sleep = Callable[[float], Awaitable[Any]]
+
+DEFAULT_RETRY_AFTER_S = 1.0
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
+
+
+class Poster:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        attempts: int = 5,
+        max_wait: float = 120.0,
+    ) -> None:
+        self._client = client
+        self._sleep = sleep
+        self._attempts = attempts
+        self._max_wait = max_wait
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    async def post(self, channel: str, chunks: Sequence[str], thread_ts: str | None) -> list[str]:
+        """Post the parts in order; returns their `ts` values."""
+        sent: list[str] = []
+        async with self._lock(channel):
+            for number, chunk in enumerate(chunks, 1):
+                try:
+                    sent.append(await self._post_one(channel, chunk, thread_ts))
+                except DeliveryFailed as exc:
+                    where = f"part {number} of {len(chunks)}" if len(chunks) > 1 else "message"
+                    raise DeliveryFailed(f"{exc} ({where}; {len(sent)} sent)") from None
+        return sent
+
+    async def _post_one(self, channel: str, text: str, thread_ts: str | None) -> str:
+        attempt = 0
+        while True:
+            attempt += 1
+            last = attempt >= self._attempts
+            try:
+                response = await self._client.chat_postMessage(
+                    channel=channel,
+                    text=text,
+                    thread_ts=thread_ts,
+                    mrkdwn=True,
+                    unfurl_links=False,
+                    unfurl_media=False,
+                )
+                return str(response.get("ts") or "")
+            except SlackApiError as exc:
+                status, error = api_error(exc)
+                if status == 429 or error == "ratelimited":
+                    wait = retry_after(getattr(exc.response, "headers", None))
+                    if last or wait > self._max_wait:
+                        raise DeliveryFailed(
+                            f"chat.postMessage rate limited (Retry-After {wait:g}s) "
+                            f"after {attempt} attempt(s)"
+                        ) from None
+                    log.warning(
+                        "slack.rate_limited channel=%s retry_after=%ss attempt=%d",
+                        channel,
+                        wait,
+                        attempt,
+                    )
+                    await self._sleep(wait)
+                    continue
+                if status >= 500 and not last:
+                    await self._backoff(channel, attempt, f"HTTP {status}")
+                    continue
+                raise DeliveryFailed(
+                    f"chat.postMessage failed: {error or f'HTTP {status}'}"
+                ) from None
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if last:
+                    raise DeliveryFailed(
+                        f"chat.postMessage failed: {type(exc).__name__} after {attempt} attempts"
+                    ) from None
+                await self._backoff(channel, attempt, type(exc).__name__)
+
+    async def _backoff(self, channel: str, attempt: int, reason: str) -> None:
+        delay = BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1]
+        log.warning("slack.post_retry channel=%s reason=%s retry_in=%ss", channel, reason, delay)
+        await self._sleep(delay)
+
+    def _lock(self, channel: str) -> asyncio.Lock:
+        lock = self._locks.get(channel)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[channel] = lock
+        return lock
+
+
+def api_error(exc: SlackApiError) -> tuple[int, str | None]:
+    """HTTP status and Slack's `error` code of a failed call."""
+    response = exc.response
+    status = getattr(response, "status_code", None) or getattr(response, "status", None)
+    data = getattr(response, "data", None)
+    error = data.get("error") if isinstance(data, dict) else None
+    return int(status or 0), str(error) if error else None
+
+
+def retry_after(headers: Mapping[str, Any] | None) -> float:
+    """Seconds from a `Retry-After` header (any case); 1 s when absent or odd."""
+    for key, value in (headers or {}).items():
+        if key.lower() == "retry-after":
+            try:
+                return max(0.0, float(value))
+            except (TypeError, ValueError):
+                break
+    return DEFAULT_RETRY_AFTER_S
