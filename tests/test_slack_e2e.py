@@ -199,6 +199,20 @@ async def test_slash_commands_are_answered_without_the_llm(rig_factory, fake_ant
     assert rig.slack.messages == []
 
 
+async def test_an_undeliverable_command_answer_is_recorded(rig_factory, fake_anthropic):
+    rig = await rig_factory()
+    rig.slack.response_urls_expired = True
+
+    await rig.command(command_payload(rig.slack, "budget"))
+    await rig.adapter.idle()
+
+    assert rig.slack.responses == []
+    async with rig.app.store.read() as session:
+        (failure,) = (await session.exec(select(DeliveryFailure))).all()
+    assert failure.platform == "slack" and "tokens this month" in failure.text
+    assert "HTTP 404" in failure.reason
+
+
 async def test_files_are_downloaded_for_the_agent(rig_factory, fake_anthropic):
     rig = await rig_factory(max_file_bytes=1000)
     notes = rig.slack.add_file("notes.txt", b"The launch code is 0000.", "text/plain")

@@ -268,17 +268,14 @@ class SlackAdapter:
         url = payload.get("response_url")
         try:
             outcome = await core.handle(msg, deliver=False)
-            for reply in outcome.replies:
+        except Exception:
+            log.exception("slack.command_failed command=%s", payload.get("command"))
+            return
+        for reply in outcome.replies:
+            try:
                 await self._respond(str(url or ""), reply)
-        except Exception as exc:
-            log.error(
-                "slack.command_reply_failed command=%s user=%s channel=%s reason=%s: %s",
-                payload.get("command"),
-                msg.platform_user_id,
-                msg.platform_channel_id,
-                type(exc).__name__,
-                exc,
-            )
+            except Exception as exc:  # recorded like any undelivered reply
+                await core.record_delivery_failure(reply, exc)
 
     async def _respond(self, response_url: str, reply: Reply) -> None:
         if not response_url:

@@ -94,6 +94,8 @@ class FakeSlack:
     """Messages posted successfully (chat.postMessage), in order."""
     responses: list[dict[str, Any]] = field(default_factory=list)
     """Bodies posted to slash commands' response_url."""
+    response_urls_expired: bool = False
+    """Answer response_url posts with 404 expired_url, as Slack does for old ones."""
     acks: list[dict[str, Any]] = field(default_factory=list)
     """Socket Mode acknowledgements received."""
     downloads: list[tuple[str, bool]] = field(default_factory=list)
@@ -369,7 +371,11 @@ class FakeSlack:
         return web.Response(body=stored.content, content_type=stored.info["mimetype"])
 
     async def _response_url(self, request: web.Request) -> web.Response:
-        self.responses.append(await request.json())
+        body = await request.json()
+        if self.response_urls_expired:  # what Slack answers after 30 minutes / 5 uses
+            await self._changed_now()
+            return web.Response(status=404, text="expired_url")
+        self.responses.append(body)
         await self._changed_now()
         return web.Response(text="ok")
 
