@@ -29,11 +29,12 @@ from bot.identity import Identity
 from bot.personas import sync_personas
 from bot.pipeline import Pipeline, Services
 from bot.ports import Adapter, Provider, Tool, WebHooks
-from bot.scheduler import Clock, Scheduler
+from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.tools.builtin import core_tools
 from bot.tools.registry import ToolRegistry
 from bot.types import utcnow
+from bot.wakeups import Clock
 from bot.web import WebServer
 from bot.wiring import build_extras
 

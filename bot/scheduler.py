@@ -42,11 +42,9 @@ from bot.ports import ToolContext
 from bot.schedule_parse import TriggerSpec
 from bot.store.models import ScheduledJob
 from bot.types import utcnow
-from bot.wakeups import Wakeups, WakeupSink
+from bot.wakeups import Clock, Wakeups, WakeupSink
 
 log = logging.getLogger("switchboard.scheduler")
-
-Clock = Callable[[], datetime]
 
 
 class Scheduler:
@@ -160,14 +158,17 @@ class Scheduler:
     async def run_job(self, job_id: int) -> str:
         if self._sink is None:
             raise RuntimeError("the scheduler is not started")
-        status = await self.wakeups.run(self._sink, job_id, self.clock())
-        await self._refresh(job_id)
+        status = await self.wakeups.run(self._sink, job_id)
+        if status == "refused":  # the owner's other jobs were paused too
+            await self.sync()
+        else:
+            await self._refresh(job_id)
         return status
 
     async def retry_delivery(self, job_id: int) -> bool:
         if self._sink is None:
             raise RuntimeError("the scheduler is not started")
-        done = await self.wakeups.deliver_pending(self._sink, job_id, self.clock())
+        done = await self.wakeups.deliver_pending(self._sink, job_id)
         await self._refresh(job_id)
         return done
 

@@ -86,7 +86,9 @@ class Wakeups:
         jobs: Jobs,
         directory: Directory,
         conversations: Conversations,
+        clock: Clock,
     ) -> None:
+        self._clock = clock
         self._store = store
         self._jobs = jobs
         self._directory = directory
@@ -94,8 +96,9 @@ class Wakeups:
         self._grace = timedelta(seconds=settings.misfire_grace_seconds)
         self._backoff = Backoff.of(settings)
 
-    async def run(self, sink: WakeupSink, job_id: int, now: datetime) -> str:
+    async def run(self, sink: WakeupSink, job_id: int) -> str:
         """Run the job's due fire. Returns what happened (for logs and tests)."""
+        now = self._clock()
         claim = await self._jobs.claim(job_id, now, self._grace)
         if claim is None:
             return "not-due"
@@ -120,7 +123,7 @@ class Wakeups:
             reason = f"its owner has no {conversation.platform} account any more"
             return await self._orphaned(job_id, reason, now)
         if job.pending_replies:  # deliver what is owed first, in order
-            await self.deliver_pending(sink, job_id, now, force=True)
+            await self.deliver_pending(sink, job_id, force=True)
         log.info("wakeup.run job=%s conversation=%s owner=%s", job_id, conversation.key, account)
         outcome = await sink.handle(self._message(job, conversation, account, now), deliver=False)
         run_id = outcome.run_id
@@ -157,14 +160,15 @@ class Wakeups:
             received_at=now,
         )
 
-    async def _finish(self, job_id: int, result: _Result, now: datetime) -> None:
+    async def _finish(self, job_id: int, result: _Result, started: datetime) -> None:
         """Record the run on the (freshly read, locked) row."""
+        now = self._clock()
         async with self._store.write() as session:
             row = await session.get(ScheduledJob, job_id, with_for_update=True)
             if row is None:
                 return
             row.running_since = None
-            row.last_run_at, row.last_status = now, result.status
+            row.last_run_at, row.last_status = started, result.status
             row.last_run_id = result.run_id or row.last_run_id
             row.run_count += 1
             if result.owe:
@@ -199,11 +203,10 @@ class Wakeups:
             session.add(row)
         log.info("wakeup.finished job=%s status=%s", job_id, result.status)
 
-    async def deliver_pending(
-        self, sink: WakeupSink, job_id: int, now: datetime, *, force: bool = False
-    ) -> bool:
+    async def deliver_pending(self, sink: WakeupSink, job_id: int, *, force: bool = False) -> bool:
         """Try again to deliver a job's undelivered replies (when their retry is
         due, or `force`). True when none are left."""
+        now = self._clock()
         async with self._store.write() as session:  # take them: nobody else retries now
             row = await session.get(ScheduledJob, job_id, with_for_update=True)
             if row is None or not row.pending_replies:

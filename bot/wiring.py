@@ -19,12 +19,12 @@ from bot.jobs import Jobs
 from bot.linking import Linking
 from bot.personas import PersonaBook
 from bot.ports import Tool
-from bot.scheduler import Clock, Scheduler
+from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.tools.schedule import schedule_tools
 from bot.types import utcnow
 from bot.usage import UsageBook
-from bot.wakeups import Wakeups
+from bot.wakeups import Clock, Wakeups
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ def build_extras(
     scheduler = Scheduler(
         config,
         jobs,
-        Wakeups(config, store, jobs, directory, conversations),
+        Wakeups(config, store, jobs, directory, conversations, clock),
         Heartbeats(
             store,
             personas,
