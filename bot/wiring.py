@@ -65,7 +65,7 @@ def build_extras(
         clock,
     )
     services = AdminServices(
-        store, ops, conversations, personas, Linking(store, identity, budgets, audit)
+        store, ops, conversations, personas, Linking(store, identity, budgets, audit, clock)
     )
     tools = schedule_tools(scheduler, config) if config.enabled else []
     return Extras(scheduler, tools, admin_commands(services), ops)

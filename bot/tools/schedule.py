@@ -76,8 +76,8 @@ class ScheduleAdd:
         gap = spec.min_gap(now)
         if gap is not None and gap < minimum:
             raise ToolFailed(
-                f"{spec.describe()} repeats every {format_duration(int(gap.total_seconds()))}; "
-                f"the shortest interval allowed for your role ({ctx.role.value}) is "
+                f"too frequent: repeats every {format_duration(int(gap.total_seconds()))}, "
+                f"the minimum for role {ctx.role.value} is "
                 f"{format_duration(int(minimum.total_seconds()))}"
             )
         limit = self._settings.max_jobs.for_role(ctx.role)
@@ -85,8 +85,8 @@ class ScheduleAdd:
             count = await self._scheduler.jobs.count_open(ctx.user_id)
             if count >= limit:
                 raise ToolFailed(
-                    f"this user already has {count} scheduled wakeups, the limit for the "
-                    f"{ctx.role.value} role is {limit}; remove one with schedule_remove first"
+                    f"limit reached: {count} of {limit} wakeups for role {ctx.role.value}; "
+                    "remove one with schedule_remove first"
                 )
         job = await self._scheduler.create(ctx, prompt, spec)
         assert job.next_run_at is not None
@@ -150,9 +150,7 @@ class ScheduleRemove:
             int(raw), "remove", self._scheduler.clock(), owner_user_id=ctx.user_id
         )
         if job is None:
-            raise ToolFailed(
-                f"this user has no scheduled wakeup #{raw}; call schedule_list to see the ids"
-            )
+            raise ToolFailed(f"no wakeup #{raw} of this user; call schedule_list for the ids")
         self._scheduler.register(job)
         return f"Removed scheduled wakeup #{raw} ({job.description})."
 
