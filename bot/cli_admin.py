@@ -206,6 +206,7 @@ async def cmd_jobs_change(args: argparse.Namespace, settings: Settings, secrets:
             where="cli",
             details={"state": job.state},
         )
-    nxt = f", next run {job.next_run_at:%Y-%m-%d %H:%M} UTC" if job.next_run_at else ""
+    active = job.state == "active" and job.next_run_at
+    nxt = f", next run {job.next_run_at:%Y-%m-%d %H:%M} UTC" if active else ""
     print(f"Job #{job.id} is {job.state}{nxt}.")
     return 0
