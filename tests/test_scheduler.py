@@ -154,8 +154,10 @@ async def test_a_restart_rebuilds_jobs_runs_a_missed_one_once_and_skips_late_one
 
     clock.advance(hours=1, minutes=2)  # down for 62 minutes; grace is 5 minutes
     second, adapter = await started(make_app, clock)
-    registered = {j.id for j in second.scheduler.aps.get_jobs()}
-    assert {f"job:{hourly.id}", f"job:{once.id}", f"job:{cron.id}", "sync"} <= registered
+    registered = {j.id: j for j in second.scheduler.aps.get_jobs()}
+    assert {f"job:{hourly.id}", f"job:{once.id}", f"job:{cron.id}", "sync"} <= set(registered)
+    options = registered[f"job:{hourly.id}"]
+    assert (options.misfire_grace_time, options.coalesce, options.max_instances) == (300, True, 1)
     assert second.scheduler.next_fire(cron.id) == datetime(2026, 11, 20, 12, tzinfo=UTC)
 
     results = await second.scheduler.run_due()
