@@ -29,10 +29,14 @@ from bot.identity import Identity
 from bot.personas import sync_personas
 from bot.pipeline import Pipeline, Services
 from bot.ports import Adapter, Provider, Tool, WebHooks
+from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.tools.builtin import core_tools
 from bot.tools.registry import ToolRegistry
+from bot.types import utcnow
+from bot.wakeups import Clock
 from bot.web import WebServer
+from bot.wiring import build_extras
 
 log = logging.getLogger("switchboard.app")
 
@@ -56,8 +60,11 @@ class App:
     secrets: Secrets
     provider: Provider | None = None
     extra_tools: Sequence[Tool] = ()
+    clock: Clock = utcnow
+    """The scheduler's clock (tests pass a controllable one)."""
     store: Store = field(init=False)
     pipeline: Pipeline = field(init=False)
+    scheduler: Scheduler = field(init=False)
     adapters: list[Adapter] = field(default_factory=list, init=False)
     web: WebServer | None = field(default=None, init=False)
 
@@ -82,19 +89,24 @@ class App:
                 event.created_at,
             )
         errors = ErrorChannel(self.store)
-        tools = ToolRegistry([*core_tools(errors), *self.extra_tools])
         budgets = Budgets(self.store, self.settings.budgets)
         conversations = Conversations(self.store)
         audit = Audit(self.store)
+        identity = Identity(self.store, self.settings.admin.owners)
+        extras = build_extras(
+            self.settings, self.store, identity, budgets, conversations, personas, audit, self.clock
+        )
+        self.scheduler = extras.scheduler
+        tools = ToolRegistry([*core_tools(errors), *extras.tools, *self.extra_tools])
         commands = Commands([], audit)
-        spec_list: list[CommandSpec] = core_commands(budgets, conversations, commands.specs)
-        for spec in spec_list:
+        spec_list: list[CommandSpec] = core_commands(conversations, commands.specs)
+        for spec in [*spec_list, *extras.commands]:
             commands.add(spec)
         self.pipeline = Pipeline(
             Services(
                 settings=self.settings,
                 store=self.store,
-                identity=Identity(self.store, self.settings.admin.owners),
+                identity=identity,
                 budgets=budgets,
                 personas=personas,
                 conversations=conversations,
@@ -108,6 +120,13 @@ class App:
             )
         )
         return self.pipeline
+
+    async def start_scheduler(self, platforms: Sequence[str] | None = None) -> None:
+        """Start scheduled wakeups for `platforms` (default: the attached adapters')."""
+        if not self.settings.scheduler.enabled:
+            return
+        served = [a.platform for a in self.adapters] if platforms is None else platforms
+        await self.scheduler.start(self.pipeline, served)
 
     async def start_adapters(self, platforms: Sequence[str]) -> None:
         """Create the adapters named in config and start them."""
@@ -137,6 +156,8 @@ class App:
         self.adapters.append(adapter)
 
     async def close(self, drain_timeout: float = 30.0) -> None:
+        if hasattr(self, "scheduler"):
+            await self.scheduler.stop(drain_timeout)
         if hasattr(self, "pipeline"):
             await self.pipeline.drain(drain_timeout)
         for adapter in reversed(self.adapters):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot import __version__
+from bot import __version__, cli_admin
 from bot.app import App, load_adapter
 from bot.config import Secrets, Settings, load_settings
 from bot.errors import BotError, ConfigError, StartupError
@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_sub.add_parser("list", parents=[common], help="validate and list personas").set_defaults(
         func=cmd_personas_list
     )
+    cli_admin.register(sub, common)
     return parser
 
 
@@ -129,6 +130,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, secrets: Secrets
                 return await _chat(app, settings, None)
             return 1
         await app.start_adapters(platforms)
+        await app.start_scheduler()
         await _wait_for_stop()
         return 0
     finally:
@@ -154,6 +156,7 @@ async def _chat(app: App, settings: Settings, user: str | None) -> int:
         raise StartupError("the console adapter cannot run interactively")
     app.attach(console)
     await console.start(app.pipeline)
+    await app.start_scheduler([console.platform])
     await console.run()
     return 0
 

@@ -9,9 +9,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from bot.audit import Audit
-from bot.budget import Budgets
 from bot.conversations import Conversations
-from bot.errors import CommandError
+from bot.errors import CommandDenied, CommandError
 from bot.identity import UserRecord
 from bot.ports import CommandInfo
 from bot.types import IncomingMessage, Role
@@ -97,17 +96,12 @@ class Commands:
         if spec is None:
             return CommandResult(f"Unknown command /{name}. Try /help.", private=True)
         if not user.role.at_least(spec.min_role):
-            await self._audit.record(
-                actor=user.handle,
-                actor_user_id=user.id,
-                action=f"/{spec.name}",
-                outcome="denied",
-                where=msg.conversation_key,
-                details={"args": raw_args, "role": user.role.value},
-            )
-            return CommandResult(
+            return await self._deny(
+                msg,
+                user,
+                spec,
+                raw_args,
                 f"/{spec.name} needs the {spec.min_role.value} role (you are {user.role.value}).",
-                private=True,
             )
         try:
             args = tuple(shlex.split(raw_args))
@@ -116,12 +110,28 @@ class Commands:
         call = CommandCall(msg, user, spec.name, args, raw_args)
         try:
             result = await spec.handler(call)
+        except CommandDenied as exc:
+            return await self._deny(msg, user, spec, raw_args, str(exc))
         except CommandError as exc:
             usage = f"\nUsage: /{spec.name} {spec.usage}".rstrip() if spec.usage else ""
             return CommandResult(f"{exc}{usage}", private=True)
         if isinstance(result, str):
             result = CommandResult(result, private=spec.private)
         return result
+
+    async def _deny(
+        self, msg: IncomingMessage, user: UserRecord, spec: CommandSpec, raw_args: str, text: str
+    ) -> CommandResult:
+        """Refuse (a role too low for the command, or for this use of it), audited."""
+        await self._audit.record(
+            actor=user.handle,
+            actor_user_id=user.id,
+            action=f"/{spec.name}",
+            outcome="denied",
+            where=msg.conversation_key,
+            details={"args": raw_args, "role": user.role.value, "reason": text},
+        )
+        return CommandResult(text, private=True)
 
 
 def help_text(specs: Sequence[CommandSpec], role: Role) -> str:
@@ -134,23 +144,13 @@ def help_text(specs: Sequence[CommandSpec], role: Role) -> str:
 
 
 def core_commands(
-    budgets: Budgets, conversations: Conversations, specs: Callable[[], Sequence[CommandSpec]]
+    conversations: Conversations, specs: Callable[[], Sequence[CommandSpec]]
 ) -> list[CommandSpec]:
-    """The commands every deployment has: /help, /budget, /new."""
+    """The commands every deployment has: /help, /new. (/budget and the admin
+    commands are in `bot.admin`.)"""
 
     async def help_(call: CommandCall) -> str:
         return help_text(specs(), call.user.role)
-
-    async def budget(call: CommandCall) -> CommandResult:
-        status = await budgets.status(call.user.id, call.user.role)
-        if status.limit is None:
-            text = f"Your budget is unlimited. Used this month: {status.used:,} tokens."
-        else:
-            text = (
-                f"Used {status.used:,} of {status.limit:,} tokens this month "
-                f"({status.remaining:,} left). Resets {status.resets_at:%Y-%m-%d}."
-            )
-        return CommandResult(text, private=True)
 
     async def new(call: CommandCall) -> str:
         conversation = await conversations.resolve(call.msg)
@@ -159,6 +159,5 @@ def core_commands(
 
     return [
         CommandSpec("help", "Show the commands you can use", help_, aliases=("start",)),
-        CommandSpec("budget", "Show your token budget for this month", budget, private=True),
         CommandSpec("new", "Start a fresh conversation in this channel", new),
     ]

@@ -205,6 +205,59 @@ class DiscordSettings(Section):
         return value.rstrip("/")
 
 
+class RoleCounts(Section):
+    """A count per role; "unlimited" (None) means no limit."""
+
+    guest: TokenAllowance = 0
+    user: TokenAllowance = 10
+    admin: TokenAllowance = 50
+    owner: TokenAllowance = None
+
+    def for_role(self, role: Role) -> int | None:
+        value: int | None = getattr(self, role.value)
+        return value
+
+
+class RoleMinutes(Section):
+    """Minutes per role."""
+
+    guest: Annotated[float, Field(ge=0)] = 60.0
+    user: Annotated[float, Field(ge=0)] = 15.0
+    admin: Annotated[float, Field(ge=0)] = 1.0
+    owner: Annotated[float, Field(ge=0)] = 1.0
+
+    def for_role(self, role: Role) -> float:
+        value: float = getattr(self, role.value)
+        return value
+
+
+class SchedulerSettings(Section):
+    """Scheduled wakeups (APScheduler in memory; the database is the source of truth)."""
+
+    enabled: bool = True
+    timezone: str = "UTC"
+    """Time zone of `when` values without one, unless the agent passes the user's."""
+    misfire_grace_seconds: int = Field(default=300, ge=1)
+    sync_seconds: float = Field(default=30.0, gt=0)
+    retry_seconds: int = Field(default=60, ge=1)
+    retry_max_seconds: int = Field(default=3600, ge=1)
+    max_retries: int = Field(default=8, ge=0)
+    heartbeat_idle_minutes: float = Field(default=120.0, gt=0)
+    max_jobs: RoleCounts = RoleCounts()
+    min_interval_minutes: RoleMinutes = RoleMinutes()
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (use an IANA name)") from None
+        return value
+
+
 class Settings(Section):
     database: DatabaseSettings = DatabaseSettings()
     llm: LLMSettings = LLMSettings()
@@ -217,6 +270,7 @@ class Settings(Section):
     telegram: TelegramSettings = TelegramSettings()
     slack: SlackSettings = SlackSettings()
     discord: DiscordSettings = DiscordSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
 
     def require_mention(self, platform: str) -> bool:
         section = getattr(self, platform, None)

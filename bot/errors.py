@@ -79,3 +79,7 @@ class ToolFailed(BotError):
 
 class CommandError(BotError):
     """A slash command was used wrongly; the message is shown to the user."""
+
+
+class CommandDenied(CommandError):
+    """The user's role does not allow this use of a command. Audited as denied."""

@@ -62,6 +62,7 @@ class Identity:
             msg.platform,
             msg.platform_user_id,
             display_name=msg.user_display_name,
+            username=msg.user_username,
         )
 
     async def resolve_account(

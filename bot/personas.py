@@ -38,6 +38,10 @@ class PersonaFile(BaseModel):
     """Allowed tool modules; omitted means every module."""
     prompt: str | None = None
     prompt_file: str | None = None
+    heartbeat_minutes: float | None = Field(default=None, ge=1)
+    """Wake up this often in active conversations (see `bot.heartbeat`)."""
+    heartbeat_prompt: str | None = None
+    """The heartbeat's instruction; default: follow up if needed, else NO_REPLY."""
 
     @model_validator(mode="after")
     def _scope(self) -> PersonaFile:
@@ -59,6 +63,8 @@ class PersonaRecord:
     max_tokens: int | None = None
     tool_modules: tuple[str, ...] | None = None
     description: str = ""
+    heartbeat_minutes: float | None = None
+    heartbeat_prompt: str | None = None
 
 
 def load_persona_dir(directory: Path) -> list[tuple[PersonaRecord, Path]]:
@@ -103,6 +109,8 @@ def _load_file(path: Path) -> PersonaRecord:
         max_tokens=spec.max_tokens,
         tool_modules=spec.tools,
         description=spec.description,
+        heartbeat_minutes=spec.heartbeat_minutes,
+        heartbeat_prompt=spec.heartbeat_prompt,
     )
 
 

@@ -292,6 +292,7 @@ class Pipeline:
                 conversation_key=conversation.key,
                 platform=msg.platform,
                 run_id=run_id,
+                chat_type=msg.chat_type,
             ),
             max_tokens=persona.max_tokens or llm.max_tokens,
             max_iterations=llm.max_iterations,

@@ -10,7 +10,7 @@ from bot.llm.types import LLMRequest, LLMResponse
 
 if TYPE_CHECKING:
     from aiohttp import web
-from bot.types import IncomingMessage, Outcome, Reply, Role, Target
+from bot.types import ChatType, IncomingMessage, Outcome, Reply, Role, Target
 
 TextCallback = Callable[[str], Awaitable[None]]
 
@@ -35,6 +35,7 @@ class ToolContext:
     conversation_key: str
     platform: str
     run_id: str
+    chat_type: ChatType = "direct"
 
 
 @runtime_checkable

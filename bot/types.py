@@ -95,6 +95,9 @@ class IncomingMessage:
     platform_thread_id: str | None = None
     platform_server_id: str | None = None
     user_display_name: str | None = None
+    user_username: str | None = None
+    """The sender's @username where the platform has one (Telegram), so that
+    `/cmd @username` can find them later."""
     chat_type: ChatType = "direct"
     mentions_bot: bool = False
     reply_to_bot: bool = False

@@ -124,11 +124,12 @@ async def make_app(database: Database, fake_anthropic: FakeAnthropic) -> AsyncIt
     """Build and open an App on the test database, talking to the fake API."""
     apps: list[App] = []
 
-    async def factory(*, tools: Any = (), **sections: Any) -> App:
+    async def factory(*, tools: Any = (), clock: Any = None, **sections: Any) -> App:
         app = App(
             make_settings(database, fake_anthropic, **sections),
             Secrets(anthropic_api_key=TEST_API_KEY),  # type: ignore[arg-type]
             extra_tools=tools,
+            **({"clock": clock} if clock is not None else {}),
         )
         await app.open()
         apps.append(app)

@@ -247,3 +247,64 @@ class AuditEntry(SQLModel, table=True):
     where: str | None = Field(default=None, max_length=400)
     details: dict[str, Any] | None = Field(default=None, sa_type=JSON)
     created_at: datetime = _ts(index=True)
+
+
+class ScheduledJob(SQLModel, table=True):
+    """A wakeup: at each fire time the agent runs `prompt` in `conversation_id`,
+    charged to `owner_user_id`. The source of truth; the scheduler's memory is
+    rebuilt from it.
+
+    `state`: active | paused | done | failed | removed. `version` grows on every
+    change; firing claims the row by compare-and-set on it, so one fire runs once
+    even with several instances."""
+
+    __tablename__ = "scheduled_jobs"
+    __table_args__ = (Index("ix_scheduled_jobs_state_next_run_at", "state", "next_run_at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner_user_id: int = Field(foreign_key="users.id", index=True)
+    conversation_id: int = Field(foreign_key="conversations.id", index=True)
+    chat_type: str = Field(default="direct", max_length=16)
+    prompt: str = Field(sa_type=Text)
+    trigger_kind: str = Field(max_length=16)
+    """date | interval | cron"""
+    trigger_expr: str = Field(max_length=200)
+    """date: ISO UTC instant; interval: seconds; cron: the 5-field expression."""
+    timezone: str = Field(default="UTC", max_length=64)
+    anchor_at: datetime = _ts()
+    """interval: the first fire time (later ones are anchor + k * interval)."""
+    description: str = Field(default="", max_length=200)
+    state: str = Field(default="active", max_length=16)
+    pause_reason: str | None = Field(default=None, max_length=32)
+    next_run_at: datetime | None = _ts_optional()
+    version: int = 0
+    running_since: datetime | None = _ts_optional()
+    last_run_at: datetime | None = _ts_optional()
+    last_status: str | None = Field(default=None, max_length=24)
+    last_error: str | None = Field(default=None, sa_type=Text)
+    last_run_id: str | None = Field(default=None, max_length=32)
+    run_count: int = 0
+    failure_count: int = 0
+    """Consecutive failures (runs or deliveries); reset by a success."""
+    missed_count: int = 0
+    pending_replies: list[str] | None = Field(default=None, sa_type=JSON)
+    """Replies not delivered yet, retried at `retry_at`."""
+    retry_at: datetime | None = _ts_optional()
+    created_at: datetime = _ts()
+    updated_at: datetime = _ts()
+
+
+class LinkCode(SQLModel, table=True):
+    """A one-time code from `/link` (only its SHA-256 is stored)."""
+
+    __tablename__ = "link_codes"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    code_hash: str = Field(max_length=64, unique=True)
+    issued_on: str = Field(max_length=200)
+    """The account that asked, "platform:platform_user_id"."""
+    expires_at: datetime = Field(sa_type=UTCDateTime, nullable=False)
+    used_at: datetime | None = _ts_optional()
+    used_by: str | None = Field(default=None, max_length=200)
+    created_at: datetime = _ts()
