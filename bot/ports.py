@@ -66,9 +66,20 @@ class Core(Protocol):
 
     `handle(msg, deliver=False)` returns the replies instead of sending them,
     for platforms that answer through their own channel (slash commands,
-    interactions)."""
+    interactions).
 
-    async def handle(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome: ...
+    `on_accepted` is called as soon as the message is durably taken (its dedupe key
+    claimed), before the agent runs: an adapter that acknowledges deliveries (a
+    polling offset, a webhook's answer) can do it then, knowing a redelivery will be
+    recognised. Messages ignored, kept as context or seen before return without it."""
+
+    async def handle(
+        self,
+        msg: IncomingMessage,
+        *,
+        deliver: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> Outcome: ...
 
     def command_infos(self) -> Sequence[CommandInfo]: ...
 
