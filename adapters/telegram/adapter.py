@@ -280,8 +280,12 @@ class TelegramAdapter:
 
 
 def _too_large(size: int, limit: int) -> str:
-    return f"it is too large ({_megabytes(size)}; the limit is {_megabytes(limit)})"
+    return f"it is too large ({_size(size)}; the limit is {_size(limit)})"
 
 
-def _megabytes(size: int) -> str:
+def _size(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
     return f"{size / 1_048_576:.1f} MB"

@@ -5,10 +5,14 @@
 from __future__ import annotations
 
 import datetime as dt
-import warnings
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+# Durations as timedelta (PTB 22's documented opt-in; int durations are deprecated and
+# warn even inside PTB's own RetryAfter).
+os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 from telegram import Bot, BotCommand, ReplyParameters
 from telegram.error import (
@@ -22,7 +26,6 @@ from telegram.error import (
     TelegramError,
 )
 from telegram.request import HTTPXRequest
-from telegram.warnings import PTBDeprecationWarning
 
 from adapters.telegram.parse import ALLOWED_UPDATES
 from adapters.telegram.transport import (
@@ -162,7 +165,5 @@ class PTBTransport:
 
 
 def _seconds(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():  # int → timedelta transition (PTB_TIMEDELTA)
-        warnings.simplefilter("ignore", PTBDeprecationWarning)
-        value = exc.retry_after
+    value = exc.retry_after
     return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)

@@ -14,7 +14,7 @@ file download at ``/file/bot<token>/<file_path>`` (20 MB cloud limit).
 
 Tests push updates with `push_update` and read `calls` (every request, with its
 normalized parameters, status and the `clock()` time it arrived). `fail_next` scripts
-errors (`flood(retry_after)`, `bad_request(...)`, `server_error()`) for the next calls of
+errors (`flood(retry_after)`, `bad_request(...)`, `servererror_response()`) for the next calls of
 a method, optionally only for one chat. With a webhook set and `webhook_target` given,
 pending updates are POSTed there (with ``X-Telegram-Bot-Api-Secret-Token``), in order,
 until answered 2xx, as Telegram does.
@@ -28,12 +28,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -41,17 +39,28 @@ import aiohttp
 from aiohttp import web
 
 from tests.fakes.telegram_html import HtmlError, parse_html
+from tests.fakes.telegram_wire import (
+    ApiError,
+    Call,
+    Refused,
+    Scripted,
+    StoredFile,
+    Webhook,
+    bad_request,
+    canonical,
+    error_response,
+    flood,
+    read_params,
+    server_error,
+)
+
+__all__ = ["TOKEN", "ApiError", "Call", "FakeTelegram", "bad_request", "flood", "server_error"]
 
 TOKEN = "123456789:AAHfakeFAKEfake_fake-FAKEfakeFAKEfake1"
 BOT_ID = 123456789
 BOT_USERNAME = "switchboard_test_bot"
 MAX_TEXT = 4096
 CLOUD_FILE_LIMIT = 20 * 1024 * 1024
-_STRING_PARAMS = {
-    "text", "parse_mode", "url", "secret_token", "action", "file_id", "caption",
-    "ip_address", "language_code", "business_connection_id", "message_effect_id",
-    "inline_message_id", "callback_query_id",
-}  # fmt: skip
 _COMMAND = re.compile(r"[a-z0-9_]{1,32}")
 _WEBHOOK_CONFLICT = (
     "Conflict: can't use getUpdates method while webhook is active; "
@@ -61,69 +70,6 @@ _NOT_MODIFIED = (
     "message is not modified: specified new message content and reply markup are "
     "exactly the same as a current content and reply markup of the message"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ApiError:
-    status: int
-    description: str
-    retry_after: int | None = None
-
-
-def flood(retry_after: int = 3) -> ApiError:
-    return ApiError(429, f"Too Many Requests: retry after {retry_after}", retry_after)
-
-
-def bad_request(description: str) -> ApiError:
-    return ApiError(400, f"Bad Request: {description}")
-
-
-def server_error(description: str = "Internal Server Error") -> ApiError:
-    return ApiError(500, description)
-
-
-@dataclass
-class Call:
-    method: str
-    params: dict[str, Any]
-    at: float
-    status: int = 200
-    result: Any = None
-    description: str | None = None
-    visible_text: str | None = None
-    """sendMessage/editMessageText: the text a user sees (tags and entities resolved)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == 200
-
-    @property
-    def chat_id(self) -> str | None:
-        value = self.params.get("chat_id")
-        return None if value is None else str(value)
-
-
-@dataclass
-class _Scripted:
-    method: str
-    error: ApiError
-    chat_id: str | None
-
-
-@dataclass
-class _File:
-    data: bytes
-    path: str
-    unique_id: str
-
-
-@dataclass
-class Webhook:
-    url: str
-    secret_token: str | None
-    allowed_updates: list[str] | None = None
-    deliveries: list[tuple[int, int]] = field(default_factory=list)
-    """(update_id, HTTP status) of every delivery attempt."""
 
 
 class FakeTelegram:
@@ -157,8 +103,8 @@ class FakeTelegram:
         self._next_update = itertools.count(1000)
         self._next_message = itertools.count(1)
         self._messages: dict[tuple[str, int], str] = {}
-        self._script: list[_Scripted] = []
-        self._files: dict[str, _File] = {}
+        self._script: list[Scripted] = []
+        self._files: dict[str, StoredFile] = {}
         self._taken: set[int] = set()
         self._runner: web.AppRunner | None = None
         self._base_url: str | None = None
@@ -182,13 +128,13 @@ class FakeTelegram:
         """The next calls of `method` (for `chat_id` only, if given) get these errors."""
         with self._lock:
             chat = None if chat_id is None else str(chat_id)
-            self._script.extend(_Scripted(method.lower(), e, chat) for e in errors)
+            self._script.extend(Scripted(method.lower(), e, chat) for e in errors)
 
     def add_file(self, data: bytes, *, file_id: str | None = None, path: str | None = None) -> str:
         with self._lock:
             n = len(self._files) + 1
             file_id = file_id or f"BQACAgQAAxkBAAI{n:06d}"
-            self._files[file_id] = _File(data, path or f"documents/file_{n}", f"AgAD{n:04d}")
+            self._files[file_id] = StoredFile(data, path or f"documents/file_{n}", f"AgAD{n:04d}")
             return file_id
 
     # -- inspection ----------------------------------------------------------------------
@@ -320,11 +266,11 @@ class FakeTelegram:
 
     async def _handle_method(self, request: web.Request) -> web.Response:
         if request.match_info["token"] != self.token:
-            return _error(ApiError(401, "Unauthorized"))
+            return error_response(ApiError(401, "Unauthorized"))
         method = request.match_info["method"]
         handler = getattr(self, f"_m_{method.lower()}", None)
-        params = await _params(request)
-        call = Call(method=_canonical(method), params=params, at=self.clock())
+        params = await read_params(request)
+        call = Call(method=canonical(method), params=params, at=self.clock())
         with self._lock:
             self._calls.append(call)
         if handler is None:
@@ -334,14 +280,14 @@ class FakeTelegram:
             return self._answer(call, scripted)
         try:
             result = await handler(params, call)
-        except _Refused as refused:
+        except Refused as refused:
             return self._answer(call, refused.error)
         return self._answer(call, result)
 
     def _answer(self, call: Call, outcome: Any) -> web.Response:
         if isinstance(outcome, ApiError):
             call.status, call.description = outcome.status, outcome.description
-            return _error(outcome)
+            return error_response(outcome)
         call.result = outcome
         return web.json_response({"ok": True, "result": outcome})
 
@@ -372,7 +318,7 @@ class FakeTelegram:
 
     async def _m_getupdates(self, params: dict[str, Any], call: Call) -> Any:
         if self.webhook is not None:
-            raise _Refused(ApiError(409, _WEBHOOK_CONFLICT))
+            raise Refused(ApiError(409, _WEBHOOK_CONFLICT))
         offset = params.get("offset")
         if "allowed_updates" in params:
             self._allowed = params["allowed_updates"] or None
@@ -396,10 +342,10 @@ class FakeTelegram:
     async def _m_setwebhook(self, params: dict[str, Any], call: Call) -> Any:
         url = str(params.get("url") or "")
         if url and not url.startswith("https://"):
-            raise _Refused(bad_request("bad webhook: An HTTPS URL must be provided for webhook"))
+            raise Refused(bad_request("bad webhook: An HTTPS URL must be provided for webhook"))
         secret = params.get("secret_token")
         if secret is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", str(secret)):
-            raise _Refused(bad_request("secret token contains unallowed characters"))
+            raise Refused(bad_request("secret token contains unallowed characters"))
         with self._lock:
             if params.get("drop_pending_updates"):
                 self._updates.clear()
@@ -416,24 +362,24 @@ class FakeTelegram:
     async def _m_setmycommands(self, params: dict[str, Any], call: Call) -> Any:
         commands = params.get("commands")
         if not isinstance(commands, list) or len(commands) > 100:
-            raise _Refused(bad_request("commands must be a list of at most 100 BotCommand"))
+            raise Refused(bad_request("commands must be a list of at most 100 BotCommand"))
         for command in commands:
             if not _COMMAND.fullmatch(str(command.get("command", ""))):
-                raise _Refused(bad_request("BOT_COMMAND_INVALID"))
+                raise Refused(bad_request("BOT_COMMAND_INVALID"))
             if not 1 <= len(str(command.get("description", ""))) <= 256:
-                raise _Refused(bad_request("BOT_COMMAND_DESCRIPTION_INVALID"))
+                raise Refused(bad_request("BOT_COMMAND_DESCRIPTION_INVALID"))
         self.commands = commands
         return True
 
     async def _m_sendchataction(self, params: dict[str, Any], call: Call) -> Any:
         if params.get("chat_id") is None or not params.get("action"):
-            raise _Refused(bad_request("chat_id and action are required"))
+            raise Refused(bad_request("chat_id and action are required"))
         return True
 
     async def _m_sendmessage(self, params: dict[str, Any], call: Call) -> Any:
         chat_id = params.get("chat_id")
         if chat_id is None:
-            raise _Refused(bad_request("chat not found"))
+            raise Refused(bad_request("chat not found"))
         visible = self._visible(params, call)
         message_id = next(self._next_message)
         with self._lock:
@@ -446,10 +392,10 @@ class FakeTelegram:
         with self._lock:
             old = self._messages.get(key)
         if old is None:
-            raise _Refused(bad_request("message to edit not found"))
+            raise Refused(bad_request("message to edit not found"))
         visible = self._visible(params, call)
         if visible == old:
-            raise _Refused(bad_request(_NOT_MODIFIED))
+            raise Refused(bad_request(_NOT_MODIFIED))
         with self._lock:
             self._messages[key] = visible
         return dict(self._message(chat_id, key[1], visible, None), edit_date=int(time.time()))
@@ -458,9 +404,9 @@ class FakeTelegram:
         with self._lock:
             found = self._files.get(str(params.get("file_id")))
         if found is None:
-            raise _Refused(bad_request("invalid file_id"))
+            raise Refused(bad_request("invalid file_id"))
         if len(found.data) > CLOUD_FILE_LIMIT:
-            raise _Refused(bad_request("file is too big"))
+            raise Refused(bad_request("file is too big"))
         file_id = str(params["file_id"])
         return {
             "file_id": file_id,
@@ -472,7 +418,7 @@ class FakeTelegram:
     def _visible(self, params: Mapping[str, Any], call: Call) -> str:
         text = params.get("text")
         if not isinstance(text, str) or not text:
-            raise _Refused(bad_request("message text is empty"))
+            raise Refused(bad_request("message text is empty"))
         mode = params.get("parse_mode")
         if mode is None or mode == "":
             visible = text
@@ -480,13 +426,13 @@ class FakeTelegram:
             try:
                 visible = parse_html(text)
             except HtmlError as exc:
-                raise _Refused(bad_request(f"can't parse entities: {exc}")) from None
+                raise Refused(bad_request(f"can't parse entities: {exc}")) from None
         else:
-            raise _Refused(bad_request(f"unsupported parse_mode {mode!r} in this fake"))
+            raise Refused(bad_request(f"unsupported parse_mode {mode!r} in this fake"))
         if not visible.strip():
-            raise _Refused(bad_request("message text is empty"))
+            raise Refused(bad_request("message text is empty"))
         if len(visible.encode("utf-16-le")) // 2 > MAX_TEXT:
-            raise _Refused(bad_request("message is too long"))
+            raise Refused(bad_request("message is too long"))
         call.visible_text = visible
         return visible
 
@@ -534,55 +480,3 @@ class FakeTelegram:
                 return response.status
         except aiohttp.ClientError:
             return 0
-
-
-class _Refused(Exception):
-    def __init__(self, error: ApiError) -> None:
-        super().__init__(error.description)
-        self.error = error
-
-
-def _error(error: ApiError) -> web.Response:
-    body: dict[str, Any] = {
-        "ok": False,
-        "error_code": error.status,
-        "description": error.description,
-    }
-    if error.retry_after is not None:
-        body["parameters"] = {"retry_after": error.retry_after}
-    return web.json_response(body, status=error.status)
-
-
-_CANONICAL = {
-    name.lower(): name
-    for name in (
-        "getMe", "getUpdates", "setWebhook", "deleteWebhook", "setMyCommands", "sendMessage",
-        "sendChatAction", "editMessageText", "getFile",
-    )
-}  # fmt: skip
-
-
-def _canonical(method: str) -> str:
-    return _CANONICAL.get(method.lower(), method)
-
-
-async def _params(request: web.Request) -> dict[str, Any]:
-    """Query string + body (JSON, urlencoded or multipart), values decoded as the Bot API
-    does: JSON-encoded objects, arrays, numbers and booleans; strings as they are."""
-    raw: dict[str, Any] = dict(request.query)
-    if request.can_read_body:
-        if request.content_type == "application/json":
-            body = await request.json()
-            return {**raw, **(body if isinstance(body, dict) else {})}
-        form = await request.post()
-        raw.update({k: v for k, v in form.items() if isinstance(v, str)})
-    return {k: _decode(k, v) for k, v in raw.items()}
-
-
-def _decode(name: str, value: Any) -> Any:
-    if not isinstance(value, str) or name in _STRING_PARAMS:
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
