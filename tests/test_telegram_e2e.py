@@ -12,9 +12,9 @@ import pytest
 from sqlmodel import select
 
 from adapters.telegram.render import visible_len
-from bot.store.models import Message, ProcessedEvent
+from bot.store.models import DeliveryFailure, Message, ProcessedEvent
 from tests.fakes.anthropic import text_reply
-from tests.fakes.telegram import FakeTelegram, flood
+from tests.fakes.telegram import ApiError, FakeTelegram, flood
 from tests.fakes.telegram_updates import GROUP_ID, FakeClock, group, message_id, private
 from tests.telegram_rig import LIBRARIES, Rig
 
@@ -138,6 +138,21 @@ async def test_flood_wait_is_honoured_and_the_reply_delivered_once(rig, library,
     assert second.at - first.at >= 3
     assert second.params["text"] == first.params["text"] == "after the wait"
     assert len(rig.telegram.sent()) == 1
+
+
+async def test_a_reply_that_cannot_be_delivered_is_recorded(rig, library, fake_anthropic):
+    app = await rig.open(library)
+    fake_anthropic.script(text_reply("You will not see this."))
+    blocked = ApiError(403, "Forbidden: bot was blocked by the user")
+    rig.telegram.fail_next("sendMessage", blocked, chat_id=USER)
+    await rig.deliver(private("hi"))
+
+    assert [c.status for c in rig.telegram.calls_to("sendMessage")] == [403]  # not retried
+    async with app.store.read() as session:
+        [failure] = (await session.exec(select(DeliveryFailure))).all()
+    assert (failure.platform, failure.channel_id) == ("telegram", str(USER))
+    assert failure.text == "You will not see this."
+    assert "DeliveryFailed" in failure.reason and "bot was blocked by the user" in failure.reason
 
 
 def long_reply() -> str:

@@ -93,25 +93,17 @@ class TelegramAdapter:
 
     async def start(self, core: Core) -> None:
         try:
-            self.identity = await self.transport.get_me()
-        except AdapterError as exc:
-            raise StartupError(f"telegram: getMe failed: {exc}") from None
-        await self._register_commands(core)
-        try:
-            if self.settings.mode == "webhook":
-                assert self.settings.webhook_url is not None
-                await self.transport.set_webhook(self.settings.webhook_url, self._secret.decode())
-            else:
-                await self.transport.delete_webhook()
-        except AdapterError as exc:
-            raise StartupError(f"telegram: {self.settings.mode} setup failed: {exc}") from None
+            identity = await self._connect(core)
+        except BaseException:
+            await self.transport.close()
+            raise
         self._core = core
         if self.settings.mode == "polling":
             self._poller = asyncio.create_task(self._poll(), name="telegram-polling")
         log.info(
             "telegram.started bot=@%s id=%s library=%s mode=%s",
-            self.identity.username,
-            self.identity.user_id,
+            identity.username,
+            identity.user_id,
             self.transport.library,
             self.settings.mode,
         )
@@ -135,6 +127,23 @@ class TelegramAdapter:
                 log.warning("telegram.confirm_failed offset=%s: %s", self._offset, exc)
         self._core = None
         await self.transport.close()
+
+    async def _connect(self, core: Core) -> BotIdentity:
+        """Who we are, the command menu, and how updates will come (webhook or not)."""
+        try:
+            self.identity = await self.transport.get_me()
+        except AdapterError as exc:
+            raise StartupError(f"telegram: getMe failed: {exc}") from None
+        await self._register_commands(core)
+        try:
+            if self.settings.mode == "webhook":
+                assert self.settings.webhook_url is not None
+                await self.transport.set_webhook(self.settings.webhook_url, self._secret.decode())
+            else:
+                await self.transport.delete_webhook()
+        except AdapterError as exc:
+            raise StartupError(f"telegram: {self.settings.mode} setup failed: {exc}") from None
+        return self.identity
 
     async def _register_commands(self, core: Core) -> None:
         """The command menu: commands everyone may use (admin ones work, unlisted)."""
@@ -167,22 +176,28 @@ class TelegramAdapter:
     # -- intake --------------------------------------------------------------
 
     async def _poll(self) -> None:
+        """Long polling until stopped; never dies of an error (it backs off instead)."""
         failures = 0
         while True:
             try:
                 updates = await self.transport.get_updates(self._offset, self._poll_timeout)
+                self._confirmed = self._offset
+                if await self._take_all(updates):
+                    failures = 0
+                    continue
+                failures += 1
+                delay = self._limits.backoff(failures)
             except RateLimited as exc:
                 delay = exc.retry_after
+                log.warning("telegram.poll_flood_wait retry_after=%ss", delay)
             except AdapterError as exc:
                 failures += 1
                 delay = self._limits.backoff(failures)
                 log.warning("telegram.poll_failed retry_in=%ss: %s", delay, exc)
-            else:
-                failures = 0
-                self._confirmed = self._offset
-                if await self._take_all(updates):
-                    continue
-                delay = self._limits.backoff(1)
+            except Exception:
+                failures += 1
+                delay = self._limits.backoff(failures)
+                log.exception("telegram.poll_error retry_in=%ss", delay)
             await self._clock.sleep(delay)
 
     async def _take_all(self, updates: list[dict[str, Any]]) -> bool:
