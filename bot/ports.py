@@ -66,12 +66,7 @@ class Core(Protocol):
 
     `handle(msg, deliver=False)` returns the replies instead of sending them,
     for platforms that answer through their own channel (slash commands,
-    interactions).
-
-    `on_accepted` is called as soon as the message is durably taken (its dedupe key
-    claimed), before the agent runs: an adapter that acknowledges deliveries (a
-    polling offset, a webhook's answer) can do it then, knowing a redelivery will be
-    recognised. Messages ignored, kept as context or seen before return without it."""
+    interactions)."""
 
     async def handle(
         self,
@@ -79,7 +74,13 @@ class Core(Protocol):
         *,
         deliver: bool = True,
         on_accepted: Callable[[], None] | None = None,
-    ) -> Outcome: ...
+    ) -> Outcome:
+        """`on_accepted` is called as soon as the message is durably taken (its dedupe
+        key claimed), before the agent runs: an adapter that acknowledges deliveries
+        (a polling offset, a webhook's answer) can do it then, knowing a redelivery
+        will be recognised. Ignored, context-only and duplicate messages return
+        without it."""
+        ...
 
     def command_infos(self) -> Sequence[CommandInfo]: ...
 
