@@ -13,7 +13,7 @@ import logging
 import secrets
 import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -106,17 +106,25 @@ class Pipeline:
 
     # -- the path -----------------------------------------------------------
 
-    async def handle(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome:
+    async def handle(
+        self,
+        msg: IncomingMessage,
+        *,
+        deliver: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> Outcome:
         task = asyncio.current_task()
         if task is not None:
             self._active.add(task)
         try:
-            return await self._handle(msg, deliver)
+            return await self._handle(msg, deliver, on_accepted)
         finally:
             if task is not None:
                 self._active.discard(task)
 
-    async def _handle(self, msg: IncomingMessage, deliver: bool) -> Outcome:
+    async def _handle(
+        self, msg: IncomingMessage, deliver: bool, on_accepted: Callable[[], None] | None
+    ) -> Outcome:
         # The gate is a pure check, so it runs before dedupe: ignored group
         # chatter costs no database write.
         if not self._addressed(msg):
@@ -127,6 +135,8 @@ class Pipeline:
         key = msg.dedupe_key
         if key and not await self.s.events.claim(msg.platform, key):
             return Outcome("duplicate")
+        if on_accepted is not None:  # durably ours: the platform may forget it now
+            on_accepted()
         try:
             user = await self.s.identity.resolve(msg)
             if msg.source == "user" and self.s.commands.is_command(msg.text):

@@ -70,7 +70,19 @@ class Core(Protocol):
     interactions); such an adapter reports what it then fails to deliver with
     `record_delivery_failure`."""
 
-    async def handle(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome: ...
+    async def handle(
+        self,
+        msg: IncomingMessage,
+        *,
+        deliver: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> Outcome:
+        """`on_accepted` is called as soon as the message is durably taken (its dedupe
+        key claimed), before the agent runs: an adapter that acknowledges deliveries
+        (a polling offset, a webhook's answer) can do it then, knowing a redelivery
+        will be recognised. Ignored, context-only and duplicate messages return
+        without it."""
+        ...
 
     def command_infos(self) -> Sequence[CommandInfo]: ...
 
