@@ -80,6 +80,7 @@ def parse_message(
         platform_message_id=message_id,
         platform_server_id=guild_id,
         user_display_name=_display_name(author, member),
+        user_username=author.get("username") or None,
         chat_type="group" if guild_id else "direct",
         mentions_bot=bot.user_id in mentioned or bool(our_roles),
         reply_to_bot=reply_to_bot,

@@ -65,6 +65,7 @@ def parse_update(
         platform_message_id=str(message["message_id"]) if "message_id" in message else None,
         platform_thread_id=str(topic) if topic is not None else None,
         user_display_name=_display_name(sender),
+        user_username=sender.get("username") or None,
         chat_type=chat_type,
         mentions_bot=_mentions(message, entities, bot),
         reply_to_bot=_replies_to(message, bot),
