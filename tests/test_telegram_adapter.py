@@ -99,7 +99,7 @@ async def test_the_command_menu_lists_what_everyone_may_use(rig, library, make_a
     async def nothing(call: object) -> str:
         return "ok"
 
-    commands.add(CommandSpec("grant", "Give a role", nothing, min_role=Role.ADMIN))
+    commands.add(CommandSpec("superpower", "Owners only", nothing, min_role=Role.OWNER))
     commands.add(CommandSpec("dry-run", "Not a Telegram command name", nothing))
     rig.app = app
     adapter = rig.adapter = TelegramAdapter(
@@ -109,7 +109,14 @@ async def test_the_command_menu_lists_what_everyone_may_use(rig, library, make_a
     )
     await adapter.start(app.pipeline)
     try:
-        assert [c["command"] for c in rig.telegram.commands or []] == ["help", "budget", "new"]
+        menu = [c["command"] for c in rig.telegram.commands or []]
+        assert menu == [
+            i.name
+            for i in app.pipeline.command_infos()
+            if i.min_role in (Role.GUEST, Role.USER) and i.name != "dry-run"
+        ]
+        assert {"help", "budget", "new"} <= set(menu)
+        assert "superpower" not in menu and "setbudget" not in menu
         rig.telegram.fail_next("sendChatAction", flood(7))
         await adapter.show_typing(Target("telegram", "42"))
         await adapter.show_typing(Target("telegram", "42"))  # held back by the flood wait
