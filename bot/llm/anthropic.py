@@ -48,12 +48,14 @@ from bot.errors import (
     ProviderRateLimited,
     ProviderUnavailable,
 )
+from bot.llm.tokens import block_tokens, system_tokens, tool_tokens
 from bot.llm.types import (
     Block,
     ChatMessage,
     ImageBlock,
     LLMRequest,
     LLMResponse,
+    SystemBlock,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -202,23 +204,19 @@ class ApiParams:
 def build_params(request: LLMRequest) -> ApiParams:
     """Map an `LLMRequest` to API parameters, placing cache breakpoints.
 
-    With `request.cache`, breakpoints go on the last tool, on each system block
-    marked `cache` (or the last system block when none is marked) and on the
-    last content block of the last message; the earliest system ones are
-    dropped if that would exceed the API's limit of four. Blank text blocks are
-    left out of messages (the API rejects them) unless a message would be empty.
+    With `request.cache`, breakpoint candidates are, by priority: the last
+    content block of the last message, the last block of the stored history
+    (`history_end`), the last tool, and each system block marked `cache` (or
+    the last system block when none is marked), latest first. A candidate whose
+    prefix (tools → system → messages) is estimated below `cache_min_tokens` is
+    dropped, as the API would not cache it; at most four are kept. `volatile`
+    text is appended to a final user message after its breakpoint. Blank text
+    blocks are left out of messages (the API rejects them) unless a message
+    would be empty.
     """
     system_blocks = [b for b in request.system if b.text.strip()]
     messages = [_clean(m) for m in request.messages]
-
-    cache_tool = request.cache and bool(request.tools)
-    cache_message = request.cache and _last_cacheable(messages) is not None
-    cached_system: set[int] = set()
-    if request.cache and system_blocks:
-        marked = [i for i, b in enumerate(system_blocks) if b.cache]
-        chosen = marked or [len(system_blocks) - 1]
-        room = MAX_CACHE_BREAKPOINTS - int(cache_tool) - int(cache_message)
-        cached_system = set(chosen[max(0, len(chosen) - room) :] if room > 0 else [])
+    points = _breakpoints(request, system_blocks, messages) if request.cache else set()
 
     tools: list[ToolParam] = []
     for i, spec in enumerate(request.tools):
@@ -227,25 +225,26 @@ def build_params(request: LLMRequest) -> ApiParams:
             "description": spec.description,
             "input_schema": dict(spec.input_schema),
         }
-        if cache_tool and i == len(request.tools) - 1:
+        if ("tool", i, 0) in points:
             tool["cache_control"] = _EPHEMERAL
         tools.append(tool)
 
     system: list[TextBlockParam] = []
     for i, block in enumerate(system_blocks):
         param: TextBlockParam = {"type": "text", "text": block.text}
-        if i in cached_system:
+        if ("system", i, 0) in points:
             param["cache_control"] = _EPHEMERAL
         system.append(param)
 
-    cache_at = _last_cacheable(messages) if cache_message else None
     api_messages: list[MessageParam] = []
     for mi, message in enumerate(messages):
         content = [
-            _block_param(block, cache=(mi == len(messages) - 1 and bi == cache_at))
+            _block_param(block, cache=("message", mi, bi) in points)
             for bi, block in enumerate(message.content)
         ]
         if message.role == "user":
+            if mi == len(messages) - 1 and request.volatile.strip():
+                content.append({"type": "text", "text": request.volatile})
             api_messages.append({"role": "user", "content": content})
         else:
             api_messages.append({"role": "assistant", "content": content})
@@ -253,7 +252,52 @@ def build_params(request: LLMRequest) -> ApiParams:
     extra_body: dict[str, object] = {}
     if request.temperature is not None:
         extra_body["temperature"] = request.temperature
+    if request.tool_choice is not None and request.tools:
+        extra_body["tool_choice"] = {"type": request.tool_choice}
     return ApiParams(messages=api_messages, system=system, tools=tools, extra_body=extra_body)
+
+
+Point = tuple[str, int, int]
+
+
+def _breakpoints(
+    request: LLMRequest, system: Sequence[SystemBlock], messages: Sequence[ChatMessage]
+) -> set[Point]:
+    candidates: list[Point] = []
+    if (last := _last_cacheable(messages)) is not None:
+        candidates.append(("message", len(messages) - 1, last))
+    end = request.history_end
+    if end is not None and 0 <= end < len(messages) - 1:
+        block = _last_cacheable(messages[: end + 1])
+        if block is not None:
+            candidates.append(("message", end, block))
+    if request.tools:
+        candidates.append(("tool", len(request.tools) - 1, 0))
+    marked = [i for i, b in enumerate(system) if b.cache] or ([len(system) - 1] if system else [])
+    candidates += [("system", i, 0) for i in reversed(marked)]
+    if request.cache_min_tokens > 0:
+        sizes = _prefix_tokens(request, system, messages)
+        candidates = [p for p in candidates if sizes[p] >= request.cache_min_tokens]
+    return set(candidates[:MAX_CACHE_BREAKPOINTS])
+
+
+def _prefix_tokens(
+    request: LLMRequest, system: Sequence[SystemBlock], messages: Sequence[ChatMessage]
+) -> dict[Point, int]:
+    """Estimated tokens of the prompt up to and including each block."""
+    sizes: dict[Point, int] = {}
+    total = 0
+    for i, spec in enumerate(request.tools):
+        total += tool_tokens(spec)
+        sizes[("tool", i, 0)] = total
+    for i, sblock in enumerate(system):
+        total += system_tokens((sblock,))
+        sizes[("system", i, 0)] = total
+    for mi, message in enumerate(messages):
+        for bi, block in enumerate(message.content):
+            total += block_tokens(block)
+            sizes[("message", mi, bi)] = total
+    return sizes
 
 
 def _is_blank(block: Block) -> bool:

@@ -312,8 +312,14 @@ def cache_breakpoints(body: Mapping[str, Any]) -> list[str]:
     return found
 
 
+CONTEXT_TAG = "<turn_context>"
+"""Switchboard appends per-turn context (time, memories) as a last text block
+starting with this tag; the echo leaves it out."""
+
+
 def last_user_text(body: Mapping[str, Any]) -> str:
-    """The text of the last user message (its tool results' text when it has no text)."""
+    """The text of the last user message (its tool results' text when it has no
+    text), without a trailing turn-context block."""
     for msg in reversed(_blocks(body.get("messages"))):
         if msg.get("role") != "user":
             continue
@@ -321,7 +327,11 @@ def last_user_text(body: Mapping[str, Any]) -> str:
         if isinstance(content, str):
             return content
         blocks = _blocks(content)
-        texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+        texts = [
+            b.get("text", "")
+            for b in blocks
+            if b.get("type") == "text" and not str(b.get("text", "")).startswith(CONTEXT_TAG)
+        ]
         if not texts:
             texts = [str(b.get("content", "")) for b in blocks if b.get("type") == "tool_result"]
         return "\n".join(texts)
