@@ -59,6 +59,8 @@ class Batch:
     stopped: StopReason | None = None
     owner: Hashable = None
     """Who may /stop it besides admins (the user of the run)."""
+    started: bool = False
+    """False while waiting for a free slot in its channel."""
 
     def take_more(self) -> list[Ticket]:
         """Tickets of the same group that arrived since the run started."""
@@ -117,6 +119,7 @@ class RunControl:
                 lane.active = batch
                 try:
                     async with self._channel(channel_key):
+                        batch.started = True
                         outcome = await drive(batch)
                 except BaseException as exc:
                     for other in batch.extra:
@@ -144,6 +147,11 @@ class RunControl:
     def active(self, conversation_key: str) -> Batch | None:
         lane = self._lanes.get(conversation_key)
         return lane.active if lane else None
+
+    def queued(self, conversation_key: str) -> int:
+        """Messages waiting for the conversation's next run."""
+        lane = self._lanes.get(conversation_key)
+        return len(lane.pending) if lane else 0
 
     def stop(self, conversation_key: str) -> Batch | None:
         """Cancel the conversation's active run; the batch stopped, or None."""

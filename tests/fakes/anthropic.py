@@ -30,6 +30,15 @@ consume a scripted reply); otherwise the next scripted reply (FIFO), or, when th
 empty, `responder(body)`, which by default echoes ``"echo: <last user text>"``. Replies are
 `MessageReply` / `ErrorReply` values made with the builders below, or plain strings (text).
 
+Prompt caching can be simulated (``simulate_cache=True``): the fake keeps the prefixes
+written at ``cache_control`` breakpoints (per model, no expiry) and reports
+``cache_read_input_tokens`` / ``cache_creation_input_tokens`` the way the API documents
+it — a breakpoint reads the longest cached prefix found at it or up to 20 blocks before
+it, a prefix shorter than `cache_min_tokens` is never cached, and what lies between the
+hit and the last breakpoint is written. Tokens are estimated (JSON characters / 4).
+``context_window=N`` rejects longer prompts with the API's "prompt is too long" error.
+A reply built with ``hold=threading.Event()`` is not answered until the event is set.
+
 Standalone: ``python -m tests.fakes.anthropic [--port N]`` serves until interrupted.
 """
 
@@ -37,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import threading
@@ -86,6 +96,8 @@ class MessageReply:
     stream_error: tuple[str, str] | None = None
     truncate: bool = False
     abort: bool = False
+    hold: threading.Event | None = None
+    """Answer only once this is set (the request stays open meanwhile)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +151,7 @@ def text_reply(
     delay: float = 0.0,
     chunk_size: int = 8,
     chunk_delay: float = 0.0,
+    hold: threading.Event | None = None,
 ) -> MessageReply:
     """A text answer; `stop_reason` may be e.g. "max_tokens", "refusal", "pause_turn"."""
     return MessageReply(
@@ -149,6 +162,7 @@ def text_reply(
         delay=delay,
         chunk_size=chunk_size,
         chunk_delay=chunk_delay,
+        hold=hold,
     )
 
 
@@ -348,6 +362,30 @@ def estimate_tokens(value: Any) -> int:
     return max(1, len(text) // 4)
 
 
+def prompt_blocks(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """The prompt as the cache sees it, in order (tools, system, messages): each block's
+    canonical JSON without `cache_control`, and whether it carries a breakpoint."""
+
+    def canonical(block: Any, prefix: str = "") -> tuple[str, bool]:
+        if not isinstance(block, dict):
+            return prefix + json.dumps(block, sort_keys=True), False
+        marked = bool(block.get("cache_control"))
+        clean = {k: v for k, v in block.items() if k != "cache_control"}
+        return prefix + json.dumps(clean, sort_keys=True, ensure_ascii=False), marked
+
+    found = [canonical(t) for t in _blocks(body.get("tools"))]
+    system = body.get("system")
+    found += [canonical(system)] if isinstance(system, str) else map(canonical, _blocks(system))
+    for mi, msg in enumerate(_blocks(body.get("messages"))):
+        content = msg.get("content")
+        role = f"{mi}:{msg.get('role')}:"
+        if isinstance(content, str):
+            found.append(canonical(content, role))
+        else:
+            found += [canonical(b, role) for b in _blocks(content)]
+    return found
+
+
 def validate_request(body: Mapping[str, Any], *, count_tokens: bool = False) -> str | None:
     """The API's complaint about `body` (as its 400 message would say), or None."""
     if not body.get("model"):
@@ -480,10 +518,17 @@ class FakeAnthropic:
         api_key: str | None = None,
         validate: bool = True,
         port: int = 0,
+        simulate_cache: bool = False,
+        cache_min_tokens: int = 1024,
+        context_window: int | None = None,
     ) -> None:
         self.responder: Responder = responder or echo_responder
         self.expected_api_key = api_key
         self.validate = validate
+        self.simulate_cache = simulate_cache
+        self.cache_min_tokens = cache_min_tokens
+        self.context_window = context_window
+        self._cache: set[tuple[str, str]] = set()
         self._port = port
         self._lock = threading.Lock()
         self._script: deque[ScriptItem] = deque()
@@ -524,10 +569,11 @@ class FakeAnthropic:
             return self._requests[-1]
 
     def reset(self) -> None:
-        """Forget recorded requests and scripted replies."""
+        """Forget recorded requests, scripted replies and the simulated cache."""
         with self._lock:
             self._requests.clear()
             self._script.clear()
+            self._cache.clear()
 
     async def wait_for_requests(self, count: int, seconds: float = 5.0) -> list[RecordedRequest]:
         """Wait (without blocking the event loop) until `count` requests have arrived."""
@@ -674,6 +720,12 @@ class FakeAnthropic:
             return self._error(400, "invalid_request_error", "request body must be a JSON object")
         if self.validate and (problem := validate_request(record.json, count_tokens=count_tokens)):
             return self._error(400, "invalid_request_error", problem)
+        if self.context_window is not None and not count_tokens:
+            body = record.json
+            size = estimate_tokens([body.get("system"), body.get("messages"), body.get("tools")])
+            if size > self.context_window:
+                message = f"prompt is too long: {size} tokens > {self.context_window} maximum"
+                return self._error(400, "invalid_request_error", message)
         return None
 
     def _error(
@@ -707,14 +759,18 @@ class FakeAnthropic:
             await asyncio.sleep(reply.delay)
         if isinstance(reply, ErrorReply):
             return self._error(reply.status, reply.error_type, reply.message, reply.headers)
+        if reply.hold is not None:  # a thread waits, so the event may be set from anywhere
+            await asyncio.get_running_loop().run_in_executor(None, reply.hold.wait, 60.0)
+        usage = self._usage(body, reply)
         if not body.get("stream"):
             if reply.stream_error is not None:
                 etype, message = reply.stream_error
                 return self._error(STATUS_FOR_TYPE.get(etype, 500), etype, message)
             return web.json_response(
-                self._message(body, reply, final=True), headers={"request-id": _request_id()}
+                self._message(body, reply, usage, final=True),
+                headers={"request-id": _request_id()},
             )
-        return await self._stream(request, body, reply)
+        return await self._stream(request, body, reply, usage)
 
     async def _handle_count_tokens(self, request: web.Request) -> web.Response:
         record = await self._record(request)
@@ -731,9 +787,19 @@ class FakeAnthropic:
     # -- building answers --
 
     def _usage(self, body: Mapping[str, Any], reply: MessageReply) -> dict[str, int]:
+        """The reply's usage (computed once per request: it updates the simulated cache)."""
         u = reply.usage
         prompt = [body.get("system"), body.get("messages"), body.get("tools")]
         output = [b.get("text") or b.get("input") for b in reply.content]
+        scripted = u.input_tokens is not None or u.cache_read_input_tokens
+        if self.simulate_cache and not scripted and not u.cache_creation_input_tokens:
+            fresh, read, written = self._simulate_cache(body)
+            return {
+                "input_tokens": fresh,
+                "output_tokens": _given(u.output_tokens, estimate_tokens(output)),
+                "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": read,
+            }
         return {
             "input_tokens": _given(u.input_tokens, estimate_tokens(prompt)),
             "output_tokens": _given(u.output_tokens, estimate_tokens(output)),
@@ -741,10 +807,40 @@ class FakeAnthropic:
             "cache_read_input_tokens": u.cache_read_input_tokens,
         }
 
+    def _simulate_cache(self, body: Mapping[str, Any]) -> tuple[int, int, int]:
+        """(fresh input, cache read, cache write) tokens of `body`, updating the cache."""
+        blocks = prompt_blocks(body)
+        keys: list[str] = []
+        sizes: list[int] = []
+        digest = hashlib.sha256(str(body.get("model")).encode())
+        total = 0
+        for text, _ in blocks:
+            digest.update(text.encode())
+            keys.append(digest.hexdigest())
+            total += max(1, len(text) // 4)
+            sizes.append(total)
+        points = [i for i, (_, marked) in enumerate(blocks) if marked]
+        model = str(body.get("model"))
+        with self._lock:
+            hit = -1
+            for point in points:
+                for i in range(point, max(-1, point - 20), -1):
+                    if (model, keys[i]) in self._cache:
+                        hit = max(hit, i)
+                        break
+            read = sizes[hit] if hit >= 0 else 0
+            written = 0
+            cacheable = [p for p in points if sizes[p] >= self.cache_min_tokens]
+            if cacheable and max(cacheable) > hit:
+                written = sizes[max(cacheable)] - read
+            for point in cacheable:
+                self._cache.add((model, keys[point]))
+        return total - read - written, read, written
+
     def _message(
-        self, body: Mapping[str, Any], reply: MessageReply, *, final: bool
+        self, body: Mapping[str, Any], reply: MessageReply, usage: dict[str, int], *, final: bool
     ) -> dict[str, Any]:
-        usage = self._usage(body, reply)
+        usage = dict(usage)
         if not final:
             usage["output_tokens"] = 1
         return {
@@ -758,9 +854,11 @@ class FakeAnthropic:
             "usage": usage,
         }
 
-    def _events(self, body: Mapping[str, Any], reply: MessageReply) -> list[dict[str, Any]]:
+    def _events(
+        self, body: Mapping[str, Any], reply: MessageReply, usage: dict[str, int]
+    ) -> list[dict[str, Any]]:
         """The SSE events of `reply`, in the real API's order; each has its name in "type"."""
-        events = [_event("message_start", message=self._message(body, reply, final=False))]
+        events = [_event("message_start", message=self._message(body, reply, usage, final=False))]
         for index, block in enumerate(reply.content):
             if block.get("type") == "tool_use":
                 start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
@@ -780,11 +878,15 @@ class FakeAnthropic:
         if reply.truncate:
             return events
         delta = {"stop_reason": reply.stop_reason, "stop_sequence": None}
-        usage = {"output_tokens": self._usage(body, reply)["output_tokens"]}
-        return [*events, _event("message_delta", delta=delta, usage=usage), _event("message_stop")]
+        final = {"output_tokens": usage["output_tokens"]}
+        return [*events, _event("message_delta", delta=delta, usage=final), _event("message_stop")]
 
     async def _stream(
-        self, request: web.Request, body: Mapping[str, Any], reply: MessageReply
+        self,
+        request: web.Request,
+        body: Mapping[str, Any],
+        reply: MessageReply,
+        usage: dict[str, int],
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={
@@ -795,7 +897,7 @@ class FakeAnthropic:
         )
         await response.prepare(request)
         try:
-            for event in self._events(body, reply):
+            for event in self._events(body, reply, usage):
                 payload = json.dumps(event, separators=(",", ":"))
                 await response.write(f"event: {event['type']}\ndata: {payload}\n\n".encode())
                 if reply.chunk_delay:
