@@ -22,6 +22,7 @@ KEY = "console:room:-"
 
 
 async def start(make_app, *tools, **sections):  # type: ignore[no-untyped-def]
+    sections.setdefault("budgets", {"guest": "unlimited"})
     app = await make_app(tools=tools, **sections)
     adapter = RecordingAdapter()
     app.attach(adapter)
@@ -188,14 +189,14 @@ async def test_stop_while_the_model_streams(make_app, fake_anthropic):
 
 
 async def test_stop_with_nothing_running(make_app, fake_anthropic):
-    app, adapter = await start(make_app)
+    app, _ = await start(make_app)
     outcome = await app.pipeline.handle(message("/stop"))
     assert outcome.replies[0].text == "Nothing is running here."
     assert "/stop" in (await app.pipeline.handle(message("/help"))).replies[0].text
 
 
 async def test_only_the_runs_user_or_an_admin_may_stop_it(make_app, fake_anthropic):
-    app, adapter = await start(make_app, admin={"owners": ["console:boss"]})
+    app, _ = await start(make_app, admin={"owners": ["console:boss"]})
     hold = threading.Event()
     fake_anthropic.script(text_reply("done", hold=hold))
     try:

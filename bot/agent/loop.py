@@ -97,6 +97,7 @@ class _Run:
         self.max_tokens = spec.max_tokens
         self.calls = 0
         self.pieces: list[str] = []  # a reply cut by max_tokens, being continued
+        self.paused: list[ChatMessage] = []  # a turn the API paused, being resumed
         self.retried_context = self.retried_tool_cut = False
         self.estimate_at_last_call = 0
 
@@ -136,7 +137,8 @@ class _Run:
                 self.events.emit("run.retrying", reason="max_tokens", detail="continuing")
                 continue
             if stop == "pause_turn":
-                self._append(ChatMessage("assistant", response.content))
+                if self._append(ChatMessage("assistant", response.content)):
+                    self.paused.append(self.view[-1])
                 continue
             if not self.pieces and self.calls < spec.max_iterations and await self._take_inbox():
                 continue  # newer messages came in: answer them all instead
@@ -321,8 +323,12 @@ class _Run:
 
     def _finish(self, response: LLMResponse, *, limit: bool = False) -> RunState:
         state, stop = self.state, response.stop_reason
-        text = "".join([*self.pieces, response.text])
-        content: tuple[Block, ...] = (TextBlock(text),) if self.pieces else response.content
+        before = [m.text for m in self.paused]  # the resumed turn is one reply
+        paused = {id(m) for m in self.paused}
+        state.messages[:] = [m for m in state.messages if id(m) not in paused]
+        text = "".join([*before, *self.pieces, response.text])
+        joined = bool(self.pieces or self.paused)
+        content: tuple[Block, ...] = (TextBlock(text),) if joined else response.content
         if content:
             self._append(ChatMessage("assistant", content))
         text = text.strip()
@@ -352,9 +358,17 @@ class _Run:
         log.warning("run.iteration_limit run=%s", self.spec.context.run_id)
         return self.state
 
-    def _append(self, message: ChatMessage) -> None:
+    def _append(self, message: ChatMessage) -> bool:
+        """Add a message to the run; blank text is left out (the API refuses it).
+        False when nothing was left to add."""
+        kept = tuple(b for b in message.content if not _blank(b))
+        if not kept:
+            return False
+        if len(kept) != len(message.content):
+            message = ChatMessage(message.role, kept)
         self.view.append(message)
         self.state.messages.append(message)
+        return True
 
 
 def _concat(
@@ -383,6 +397,10 @@ def _add_user_blocks(messages: list[ChatMessage], blocks: tuple[Block, ...]) -> 
         messages[-1] = ChatMessage("user", (*messages[-1].content, *blocks))
     else:
         messages.append(ChatMessage("user", blocks))
+
+
+def _blank(block: Block) -> bool:
+    return isinstance(block, TextBlock) and not block.text.strip()
 
 
 def _assistant(text: str) -> ChatMessage:
