@@ -89,7 +89,11 @@ class Pipeline:
         pending = {t for t in self._active if not t.done()}
         if pending:
             log.info("pipeline.draining runs=%d grace=%ss", len(pending), grace)
-            await asyncio.wait(pending, timeout=grace)
+            _, late = await asyncio.wait(pending, timeout=grace)
+            for task in late:  # recorded as cancelled while the store is still open
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=grace)
         await self.s.control.drain(grace)
 
     async def idle(self) -> None:

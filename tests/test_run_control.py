@@ -281,3 +281,32 @@ async def test_a_message_answered_through_the_callers_channel_is_not_merged(
     assert one.status == two.status == "answered"
     assert [r.text for r in two.replies] == ["second, returned"]
     assert adapter.texts == ["first"]
+
+
+async def test_a_run_still_going_at_shutdown_is_recorded_as_cancelled(
+    make_app, fake_anthropic, database
+):
+    started = asyncio.Event()
+
+    async def forever(tool: ProbeTool, args: Mapping[str, Any]) -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    app, adapter = await start(make_app, ProbeTool("hang", forever))
+    fake_anthropic.script(tool_use_reply(tool_call("hang")))
+    running = asyncio.create_task(app.pipeline.handle(message("wait for it")))
+    await started.wait()
+    await app.close(drain_timeout=0.1)
+    assert running.cancelled()
+    assert adapter.texts == []
+
+    store = database.store()
+    try:
+        async with store.read() as s:
+            run = (await s.exec(select(Run))).one()
+            rows = (await s.exec(select(Message).order_by(col(Message.id)))).all()
+    finally:
+        await store.dispose()
+    assert run.status == "cancelled" and run.error == "shutdown"
+    assert [r.role for r in rows] == ["user", "tool_call", "tool_result", "assistant"]

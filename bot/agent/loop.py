@@ -30,6 +30,16 @@ from bot.agent.compaction import Summarizer, compact_view, split_summary
 from bot.agent.events import EventBus, RunEvents
 from bot.agent.executor import ToolExecutor
 from bot.agent.history import prune_tool_results
+from bot.agent.messages import (
+    add_user_blocks,
+    assistant,
+    blank,
+    concat,
+    join,
+    last_assistant_text,
+    user,
+    without_tools,
+)
 from bot.agent.state import RunInput, RunSpec, RunState
 from bot.agent.traces import Span, Timer
 from bot.errors import ContextWindowExceeded, ProviderError
@@ -41,7 +51,6 @@ from bot.llm.types import (
     LLMResponse,
     TextBlock,
     ToolResultBlock,
-    ToolUseBlock,
 )
 from bot.ports import Provider, TextCallback
 from bot.tools.registry import tool_spec
@@ -120,7 +129,7 @@ class _Run:
                 await self._retry_compacted(stop)
                 continue
             if wrap_up:
-                return self._finish(_without_tools(response), limit=True)
+                return self._finish(without_tools(response), limit=True)
             if response.tool_uses and stop == "tool_use":
                 self._append(ChatMessage("assistant", response.content))
                 await self._execute(response)
@@ -133,7 +142,7 @@ class _Run:
                 continue
             if stop == "max_tokens" and self.continuations_left() and response.text.strip():
                 self.pieces.append(response.text)
-                self.view += [_assistant(response.text), _user(CONTINUE_PROMPT)]
+                self.view += [assistant(response.text), user(CONTINUE_PROMPT)]
                 self.events.emit("run.retrying", reason="max_tokens", detail="continuing")
                 continue
             if stop == "pause_turn":
@@ -142,13 +151,13 @@ class _Run:
                 continue
             if not self.pieces and self.calls < spec.max_iterations and await self._take_inbox():
                 continue  # newer messages came in: answer them all instead
-            return self._finish(_without_tools(response))
+            return self._finish(without_tools(response))
 
     # -- steps --------------------------------------------------------------
 
     async def _complete(self, wrap_up: bool) -> LLMResponse:
         spec = self.spec
-        messages, history_end = _concat(self.history, self.view)
+        messages, history_end = concat(self.history, self.view)
         volatile = "\n\n".join(p for p in (spec.volatile, WRAP_UP if wrap_up else "") if p)
         request = LLMRequest(
             model=spec.model,
@@ -243,8 +252,8 @@ class _Run:
         if not arrived:
             return False
         blocks = tuple(b for i in arrived for b in i.blocks)
-        _add_user_blocks(self.view, blocks)
-        _add_user_blocks(self.state.messages, blocks)
+        add_user_blocks(self.view, blocks)
+        add_user_blocks(self.state.messages, blocks)
         at = len(self.state.messages) - 1
         self.state.inputs.extend((at, i) for i in arrived)
         log.info("run.joined run=%s messages=%d", self.spec.context.run_id, len(arrived))
@@ -339,14 +348,14 @@ class _Run:
                 self.spec.context.run_id,
                 self.spec.max_iterations,
             )
-            state.final_text = _join(text, ITERATION_LIMIT_NOTE.format(n=self.spec.max_iterations))
+            state.final_text = join(text, ITERATION_LIMIT_NOTE.format(n=self.spec.max_iterations))
         elif stop == "refusal":
             log.warning("run.refusal run=%s", self.spec.context.run_id)
             state.final_text = text or REFUSAL_REPLY
         elif stop == "max_tokens":
-            state.final_text = _join(text, MAX_TOKENS_NOTE)
+            state.final_text = join(text, MAX_TOKENS_NOTE)
         elif stop == "model_context_window_exceeded":
-            state.final_text = _join(text, CONTEXT_NOTE)
+            state.final_text = join(text, CONTEXT_NOTE)
         else:
             state.final_text = text
         return state
@@ -354,14 +363,14 @@ class _Run:
     def _limit_reached(self) -> RunState:
         self.state.hit_iteration_limit = True
         note = ITERATION_LIMIT_NOTE.format(n=self.spec.max_iterations)
-        self.state.final_text = _join(_last_assistant_text(self.state.messages), note)
+        self.state.final_text = join(last_assistant_text(self.state.messages), note)
         log.warning("run.iteration_limit run=%s", self.spec.context.run_id)
         return self.state
 
     def _append(self, message: ChatMessage) -> bool:
         """Add a message to the run; blank text is left out (the API refuses it).
         False when nothing was left to add."""
-        kept = tuple(b for b in message.content if not _blank(b))
+        kept = tuple(b for b in message.content if not blank(b))
         if not kept:
             return False
         if len(kept) != len(message.content):
@@ -369,54 +378,3 @@ class _Run:
         self.view.append(message)
         self.state.messages.append(message)
         return True
-
-
-def _concat(
-    history: Sequence[ChatMessage], new: Sequence[ChatMessage]
-) -> tuple[tuple[ChatMessage, ...], int | None]:
-    """History then this run's messages, and the index of the history's last
-    message. A history ending with an unanswered user message (a failed earlier
-    run) is merged with the new one, so roles alternate."""
-    if history and new and history[-1].role == new[0].role == "user":
-        merged = ChatMessage("user", (*history[-1].content, *new[0].content))
-        end = len(history) - 2
-        return (*history[:-1], merged, *new[1:]), end if end >= 0 else None
-    return (*history, *new), (len(history) - 1 if history else None)
-
-
-def _without_tools(response: LLMResponse) -> LLMResponse:
-    """The response with tool calls left out (they will not be run)."""
-    kept = tuple(b for b in response.content if not isinstance(b, ToolUseBlock))
-    if len(kept) == len(response.content):
-        return response
-    return LLMResponse(kept, response.stop_reason, response.usage, response.model)
-
-
-def _add_user_blocks(messages: list[ChatMessage], blocks: tuple[Block, ...]) -> None:
-    if messages and messages[-1].role == "user":
-        messages[-1] = ChatMessage("user", (*messages[-1].content, *blocks))
-    else:
-        messages.append(ChatMessage("user", blocks))
-
-
-def _blank(block: Block) -> bool:
-    return isinstance(block, TextBlock) and not block.text.strip()
-
-
-def _assistant(text: str) -> ChatMessage:
-    return ChatMessage("assistant", (TextBlock(text),))
-
-
-def _user(text: str) -> ChatMessage:
-    return ChatMessage("user", (TextBlock(text),))
-
-
-def _last_assistant_text(messages: Sequence[ChatMessage]) -> str:
-    for message in reversed(messages):
-        if message.role == "assistant" and message.text.strip():
-            return message.text.strip()
-    return ""
-
-
-def _join(*parts: str) -> str:
-    return "\n\n".join(part for part in parts if part)
