@@ -1,4 +1,4 @@
-"""`switchboard run | chat | db … | personas …`.
+"""`switchboard run | chat | db … | trace show | personas …`.
 
 Exit status: 0 ok, 1 startup/runtime failure, 2 bad configuration or usage.
 Errors are one line on stderr; `--debug` adds the traceback.

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
+from sqlalchemy import func, text
 from sqlmodel import col, select
 
 from bot.store import Store
@@ -127,8 +127,6 @@ class MemoryStore:
         return [_record(by_id[i]) for i in ids if i in by_id]
 
     async def count(self, user_id: int) -> int:
-        from sqlalchemy import func
-
         async with self._store.read() as session:
             return int(
                 (

@@ -25,6 +25,7 @@ from bot.store.models import Message, ProcessedEvent, Run, StoredFile, TokenLog
 from bot.types import IncomingMessage, utcnow
 
 STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"
+TIMEOUT_NOTE = "(Stopped before finishing: the run took too long.)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,13 +183,13 @@ def _message_rows(turn: TurnRecord) -> list[Message]:
                 silent=turn.status == "silent",
             )
         )
-    elif turn.status == "cancelled":
+    elif turn.status in ("cancelled", "timeout"):  # so the next run knows
         rows.append(
             Message(
                 conversation_id=conversation_id,
                 run_id=turn.run_id,
                 role="assistant",
-                text=STOPPED_NOTE,
+                text=STOPPED_NOTE if turn.status == "cancelled" else TIMEOUT_NOTE,
                 silent=True,
             )
         )

@@ -12,7 +12,7 @@ from sqlmodel import col, select
 
 from bot.agent.loop import CANCELLED_RESULT
 from bot.store.models import Message, ProcessedEvent, Run, TraceSpan
-from bot.turns import STOPPED_NOTE
+from bot.turns import STOPPED_NOTE, TIMEOUT_NOTE
 from tests.fakes.anthropic import last_user_text, text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
 from tests.probes import ProbeTool
@@ -229,7 +229,10 @@ async def test_a_run_over_its_time_limit_is_stopped(make_app, fake_anthropic):
     ]
     async with app.store.read() as s:
         run = (await s.exec(select(Run))).one()
+        rows = (await s.exec(select(Message).order_by(col(Message.id)))).all()
     assert run.status == "timeout"
+    assert [r.role for r in rows] == ["user", "assistant", "tool_call", "tool_result", "assistant"]
+    assert rows[3].text == CANCELLED_RESULT and rows[4].text == TIMEOUT_NOTE
 
 
 async def test_runs_per_channel_are_limited(make_app, fake_anthropic):

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, get_args
 
 from bot.types import utcnow
 
@@ -43,7 +43,7 @@ EventType = Literal[
     "run.failed",
     "run.cancelled",
 ]
-EVENT_TYPES: frozenset[str] = frozenset(EventType.__args__)  # type: ignore[attr-defined]
+EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
 
 
 @dataclass(frozen=True, slots=True)
