@@ -22,7 +22,7 @@ import email.utils
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never, cast
 
@@ -48,14 +48,13 @@ from bot.errors import (
     ProviderRateLimited,
     ProviderUnavailable,
 )
-from bot.llm.tokens import block_tokens, system_tokens, tool_tokens
+from bot.llm.caching import breakpoints, is_blank
 from bot.llm.types import (
     Block,
     ChatMessage,
     ImageBlock,
     LLMRequest,
     LLMResponse,
-    SystemBlock,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -64,9 +63,6 @@ from bot.ports import TextCallback
 from bot.types import Usage
 
 log = logging.getLogger("switchboard.llm")
-
-MAX_CACHE_BREAKPOINTS = 4
-"""The API rejects a request with more blocks carrying `cache_control`."""
 
 _EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
 _ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
@@ -216,7 +212,7 @@ def build_params(request: LLMRequest) -> ApiParams:
     """
     system_blocks = [b for b in request.system if b.text.strip()]
     messages = [_clean(m) for m in request.messages]
-    points = _breakpoints(request, system_blocks, messages) if request.cache else set()
+    points = breakpoints(request, system_blocks, messages) if request.cache else set()
 
     tools: list[ToolParam] = []
     for i, spec in enumerate(request.tools):
@@ -257,69 +253,11 @@ def build_params(request: LLMRequest) -> ApiParams:
     return ApiParams(messages=api_messages, system=system, tools=tools, extra_body=extra_body)
 
 
-Point = tuple[str, int, int]
-
-
-def _breakpoints(
-    request: LLMRequest, system: Sequence[SystemBlock], messages: Sequence[ChatMessage]
-) -> set[Point]:
-    candidates: list[Point] = []
-    if (last := _last_cacheable(messages)) is not None:
-        candidates.append(("message", len(messages) - 1, last))
-    end = request.history_end
-    if end is not None and 0 <= end < len(messages) - 1:
-        block = _last_cacheable(messages[: end + 1])
-        if block is not None:
-            candidates.append(("message", end, block))
-    if request.tools:
-        candidates.append(("tool", len(request.tools) - 1, 0))
-    marked = [i for i, b in enumerate(system) if b.cache] or ([len(system) - 1] if system else [])
-    candidates += [("system", i, 0) for i in reversed(marked)]
-    if request.cache_min_tokens > 0:
-        sizes = _prefix_tokens(request, system, messages)
-        candidates = [p for p in candidates if sizes[p] >= request.cache_min_tokens]
-    return set(candidates[:MAX_CACHE_BREAKPOINTS])
-
-
-def _prefix_tokens(
-    request: LLMRequest, system: Sequence[SystemBlock], messages: Sequence[ChatMessage]
-) -> dict[Point, int]:
-    """Estimated tokens of the prompt up to and including each block."""
-    sizes: dict[Point, int] = {}
-    total = 0
-    for i, spec in enumerate(request.tools):
-        total += tool_tokens(spec)
-        sizes[("tool", i, 0)] = total
-    for i, sblock in enumerate(system):
-        total += system_tokens((sblock,))
-        sizes[("system", i, 0)] = total
-    for mi, message in enumerate(messages):
-        for bi, block in enumerate(message.content):
-            total += block_tokens(block)
-            sizes[("message", mi, bi)] = total
-    return sizes
-
-
-def _is_blank(block: Block) -> bool:
-    return isinstance(block, TextBlock) and not block.text.strip()
-
-
 def _clean(message: ChatMessage) -> ChatMessage:
-    kept = tuple(b for b in message.content if not _is_blank(b))
+    kept = tuple(b for b in message.content if not is_blank(b))
     if not kept or len(kept) == len(message.content):
         return message
     return ChatMessage(role=message.role, content=kept)
-
-
-def _last_cacheable(messages: Sequence[ChatMessage]) -> int | None:
-    """Index of the block of the last message that takes the breakpoint."""
-    if not messages:
-        return None
-    content = messages[-1].content
-    for i in range(len(content) - 1, -1, -1):
-        if not _is_blank(content[i]):
-            return i
-    return None
 
 
 def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:

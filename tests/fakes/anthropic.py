@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import threading
@@ -59,6 +58,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
+
+from tests.fakes.prompt_cache import PromptCache
 
 log = logging.getLogger("tests.fakes.anthropic")
 
@@ -362,30 +363,6 @@ def estimate_tokens(value: Any) -> int:
     return max(1, len(text) // 4)
 
 
-def prompt_blocks(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
-    """The prompt as the cache sees it, in order (tools, system, messages): each block's
-    canonical JSON without `cache_control`, and whether it carries a breakpoint."""
-
-    def canonical(block: Any, prefix: str = "") -> tuple[str, bool]:
-        if not isinstance(block, dict):
-            return prefix + json.dumps(block, sort_keys=True), False
-        marked = bool(block.get("cache_control"))
-        clean = {k: v for k, v in block.items() if k != "cache_control"}
-        return prefix + json.dumps(clean, sort_keys=True, ensure_ascii=False), marked
-
-    found = [canonical(t) for t in _blocks(body.get("tools"))]
-    system = body.get("system")
-    found += [canonical(system)] if isinstance(system, str) else map(canonical, _blocks(system))
-    for mi, msg in enumerate(_blocks(body.get("messages"))):
-        content = msg.get("content")
-        role = f"{mi}:{msg.get('role')}:"
-        if isinstance(content, str):
-            found.append(canonical(content, role))
-        else:
-            found += [canonical(b, role) for b in _blocks(content)]
-    return found
-
-
 def validate_request(body: Mapping[str, Any], *, count_tokens: bool = False) -> str | None:
     """The API's complaint about `body` (as its 400 message would say), or None."""
     if not body.get("model"):
@@ -528,7 +505,7 @@ class FakeAnthropic:
         self.simulate_cache = simulate_cache
         self.cache_min_tokens = cache_min_tokens
         self.context_window = context_window
-        self._cache: set[tuple[str, str]] = set()
+        self._cache = PromptCache()
         self._port = port
         self._lock = threading.Lock()
         self._script: deque[ScriptItem] = deque()
@@ -793,7 +770,7 @@ class FakeAnthropic:
         output = [b.get("text") or b.get("input") for b in reply.content]
         scripted = u.input_tokens is not None or u.cache_read_input_tokens
         if self.simulate_cache and not scripted and not u.cache_creation_input_tokens:
-            fresh, read, written = self._simulate_cache(body)
+            fresh, read, written = self._cache.usage(body, self.cache_min_tokens)
             return {
                 "input_tokens": fresh,
                 "output_tokens": _given(u.output_tokens, estimate_tokens(output)),
@@ -806,36 +783,6 @@ class FakeAnthropic:
             "cache_creation_input_tokens": u.cache_creation_input_tokens,
             "cache_read_input_tokens": u.cache_read_input_tokens,
         }
-
-    def _simulate_cache(self, body: Mapping[str, Any]) -> tuple[int, int, int]:
-        """(fresh input, cache read, cache write) tokens of `body`, updating the cache."""
-        blocks = prompt_blocks(body)
-        keys: list[str] = []
-        sizes: list[int] = []
-        digest = hashlib.sha256(str(body.get("model")).encode())
-        total = 0
-        for text, _ in blocks:
-            digest.update(text.encode())
-            keys.append(digest.hexdigest())
-            total += max(1, len(text) // 4)
-            sizes.append(total)
-        points = [i for i, (_, marked) in enumerate(blocks) if marked]
-        model = str(body.get("model"))
-        with self._lock:
-            hit = -1
-            for point in points:
-                for i in range(point, max(-1, point - 20), -1):
-                    if (model, keys[i]) in self._cache:
-                        hit = max(hit, i)
-                        break
-            read = sizes[hit] if hit >= 0 else 0
-            written = 0
-            cacheable = [p for p in points if sizes[p] >= self.cache_min_tokens]
-            if cacheable and max(cacheable) > hit:
-                written = sizes[max(cacheable)] - read
-            for point in cacheable:
-                self._cache.add((model, keys[point]))
-        return total - read - written, read, written
 
     def _message(
         self, body: Mapping[str, Any], reply: MessageReply, usage: dict[str, int], *, final: bool
