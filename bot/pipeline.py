@@ -141,6 +141,8 @@ class Pipeline:
                 Ticket(item, group),
                 lambda batch: self._run(batch, user, conversation, deliver),
             )
+            if outcome.status == "failed" and outcome.run_id is None and not outcome.replies:
+                await self._finish_event(msg, "failed")  # merged into a run that crashed
             if notices and not deliver:  # not sent: the caller gets them first
                 outcome = dataclasses.replace(outcome, replies=(*notices, *outcome.replies))
             return outcome

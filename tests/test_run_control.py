@@ -313,3 +313,26 @@ async def test_a_run_still_going_at_shutdown_is_recorded_as_cancelled(
         await store.dispose()
     assert run.status == "cancelled" and run.error == "shutdown"
     assert [r.role for r in rows] == ["user", "tool_call", "tool_result", "assistant"]
+
+
+async def test_a_crash_outside_the_agent_gives_one_error_reply(make_app, fake_anthropic):
+    app, adapter = await start(make_app)
+    hold = threading.Event()
+    fake_anthropic.script(text_reply("first", hold=hold))
+    first = asyncio.create_task(app.pipeline.handle(message("one", platform_message_id="c1")))
+    await fake_anthropic.wait_for_requests(1)
+    second = asyncio.create_task(app.pipeline.handle(message("two", platform_message_id="c2")))
+    await wait_until(lambda: app.pipeline.s.control.queued(KEY) == 1)
+
+    async def broken(record: Any) -> None:
+        raise RuntimeError("disk full")
+
+    runner = app.pipeline._runner
+    runner._save = broken  # persisting the run fails
+    hold.set()
+    one, two = await asyncio.gather(first, second)
+    assert (one.status, two.status) == ("failed", "failed")
+    assert [r.kind for r in adapter.sent] == ["error"]  # one notice, not one per message
+    async with app.store.read() as s:
+        events = {e.event_id: e.status for e in (await s.exec(select(ProcessedEvent))).all()}
+    assert events == {"c1": "failed", "c2": "failed"}

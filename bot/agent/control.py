@@ -122,13 +122,15 @@ class RunControl:
                         batch.started = True
                         outcome = await drive(batch)
                 except BaseException as exc:
+                    # The driver's caller reports the failure; the others say
+                    # nothing more (one error reply, not one per message).
                     for other in batch.extra:
                         if other.outcome.done():
                             continue
                         if isinstance(exc, asyncio.CancelledError):
                             other.outcome.cancel()
                         else:
-                            other.outcome.set_exception(exc)
+                            other.outcome.set_result(Outcome("failed"))
                     raise
                 finally:
                     lane.active = None
