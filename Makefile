@@ -31,6 +31,7 @@ lint: $(STAMP)  ## ruff + mypy --strict on the core
 
 bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.pipeline $(ARGS)
+	$(BIN)/python -m tests.benchmarks.context
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

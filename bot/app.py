@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import text
 
+from bot.agent.compaction import Summarizer
+from bot.agent.compactor import Compactor
+from bot.agent.control import RunControl, stop_command
 from bot.agent.errors import ErrorChannel
+from bot.agent.events import EventBus
 from bot.agent.executor import ToolExecutor
+from bot.agent.flush import MemoryFlush
+from bot.agent.guard import Guard
 from bot.agent.loop import AgentLoop
 from bot.audit import Audit
 from bot.budget import Budgets
@@ -26,13 +32,16 @@ from bot.conversations import Conversations
 from bot.dedupe import EventLog
 from bot.errors import ConfigError, StartupError
 from bot.identity import Identity
+from bot.memory import MemoryStore
 from bot.personas import sync_personas
 from bot.pipeline import Pipeline, Services
 from bot.ports import Adapter, Provider, Tool, WebHooks
 from bot.scheduler import Scheduler
 from bot.store import Store
 from bot.tools.builtin import core_tools
+from bot.tools.memory import memory_tools
 from bot.tools.registry import ToolRegistry
+from bot.tools.results import GetToolResult, ResultStore
 from bot.types import utcnow
 from bot.wakeups import Clock
 from bot.web import WebServer
@@ -89,6 +98,10 @@ class App:
                 event.created_at,
             )
         errors = ErrorChannel(self.store)
+        agent = self.settings.agent
+        memories = MemoryStore(self.store)
+        results = ResultStore(self.store, agent.tool_result_max_chars)
+        memory = memory_tools(memories) if agent.memory else []
         budgets = Budgets(self.store, self.settings.budgets)
         conversations = Conversations(self.store)
         audit = Audit(self.store)
@@ -97,11 +110,40 @@ class App:
             self.settings, self.store, identity, budgets, conversations, personas, audit, self.clock
         )
         self.scheduler = extras.scheduler
-        tools = ToolRegistry([*core_tools(errors), *extras.tools, *self.extra_tools])
+        tools = ToolRegistry(
+            [
+                *core_tools(errors),
+                GetToolResult(results),
+                *memory,
+                *extras.tools,
+                *self.extra_tools,
+            ]
+        )
         commands = Commands([], audit)
+        control = RunControl(agent.max_concurrent)
         spec_list: list[CommandSpec] = core_commands(conversations, commands.specs)
+        spec_list.append(stop_command(control, conversations))
         for spec in [*spec_list, *extras.commands]:
             commands.add(spec)
+        bus = EventBus()
+        executor = ToolExecutor(
+            errors, timeout=self.settings.llm.tool_timeout_seconds, results=results
+        )
+        summarizer = Summarizer(
+            self.provider,
+            self.settings.llm.fast_model,
+            max_tokens=agent.summary_max_tokens,
+            timeout=agent.summary_timeout_seconds,
+        )
+        flush = None
+        if agent.memory and agent.memory_flush:
+            flush = MemoryFlush(
+                AgentLoop(self.provider, executor),  # internal: no events
+                [t for t in memory if t.name != "memory_get"],
+                messages=agent.memory_flush_messages,
+                iterations=agent.memory_flush_iterations,
+                timeout=agent.memory_flush_timeout_seconds,
+            )
         self.pipeline = Pipeline(
             Services(
                 settings=self.settings,
@@ -112,11 +154,15 @@ class App:
                 conversations=conversations,
                 commands=commands,
                 tools=tools,
-                agent=AgentLoop(
-                    self.provider,
-                    ToolExecutor(errors, timeout=self.settings.llm.tool_timeout_seconds),
-                ),
+                agent=AgentLoop(self.provider, executor, summarizer=summarizer, bus=bus),
                 events=events,
+                control=control,
+                bus=bus,
+                guard=Guard(agent.guard_mode, agent.max_message_chars),
+                memories=memories,
+                compactor=Compactor(
+                    self.store, conversations, summarizer, flush, budgets, self.settings
+                ),
             )
         )
         return self.pipeline

@@ -1,4 +1,4 @@
-"""`switchboard run | chat | db … | personas …`.
+"""`switchboard run | chat | db … | trace show | personas …`.
 
 Exit status: 0 ok, 1 startup/runtime failure, 2 bad configuration or usage.
 Errors are one line on stderr; `--debug` adds the traceback.
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot import __version__, cli_admin
 from bot.app import App, load_adapter
+from bot.cli_trace import register as register_trace
 from bot.config import Secrets, Settings, load_settings
 from bot.errors import BotError, ConfigError, StartupError
 from bot.logs import setup_logging
@@ -71,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub.add_parser(
         "check", parents=[common], help="fail if the models and migrations differ"
     ).set_defaults(func=cmd_db_check)
+
+    register_trace(sub, common)
 
     personas = sub.add_parser("personas", parents=[common], help="persona files")
     p_sub = personas.add_subparsers(dest="personas_command", required=True, metavar="ACTION")

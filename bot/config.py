@@ -108,6 +108,65 @@ class LLMSettings(Section):
         return {**DEFAULT_PRICES, **value}
 
 
+class ModelLimits(Section):
+    """What the agent must know about a model to manage its context."""
+
+    context_window: int = Field(default=200_000, ge=1000)
+    """Input tokens the model accepts."""
+    min_cache_tokens: int = Field(default=1024, ge=0)
+    """The shortest prompt prefix the API caches; shorter ones get no breakpoint."""
+
+
+DEFAULT_MODEL_LIMITS: dict[str, ModelLimits] = {
+    "claude-opus-5-5": ModelLimits(context_window=200_000, min_cache_tokens=512),
+    "claude-sonnet-5-5": ModelLimits(context_window=200_000, min_cache_tokens=1024),
+    "claude-haiku-5-5": ModelLimits(context_window=200_000, min_cache_tokens=2048),
+}
+
+
+class AgentSettings(Section):
+    """Context management, memory, input guard and run control."""
+
+    guard_mode: Literal["off", "log", "warn", "block"] = "warn"
+    max_message_chars: int = Field(default=32_768, ge=100)
+    tool_result_max_chars: int = Field(default=8000, ge=500)
+    context_window: int = Field(default=200_000, ge=1000)
+    min_cache_tokens: int = Field(default=1024, ge=0)
+    models: dict[str, ModelLimits] = Field(default_factory=lambda: dict(DEFAULT_MODEL_LIMITS))
+    history_step: int = Field(default=5, ge=1)
+    prune_threshold: float = Field(default=0.5, gt=0, le=1)
+    compact_threshold: float = Field(default=0.75, gt=0, le=1)
+    compact_messages: int = Field(default=50, ge=6)
+    keep_last_messages: int = Field(default=4, ge=1)
+    summary_max_tokens: int = Field(default=1024, ge=64)
+    summary_timeout_seconds: float = Field(default=60.0, gt=0)
+    memory: bool = True
+    memory_flush: bool = True
+    memory_flush_messages: int = Field(default=10, ge=1)
+    memory_flush_iterations: int = Field(default=5, ge=1)
+    memory_flush_timeout_seconds: float = Field(default=90.0, gt=0)
+    memory_recall: int = Field(default=3, ge=0)
+    run_timeout_seconds: float = Field(default=300.0, gt=0)
+    max_concurrent: int = Field(default=3, ge=1)
+    max_continuations: int = Field(default=1, ge=0, le=5)
+
+    @field_validator("models")
+    @classmethod
+    def _merge_models(cls, value: dict[str, ModelLimits]) -> dict[str, ModelLimits]:
+        return {**DEFAULT_MODEL_LIMITS, **value}
+
+    def limits(self, model: str) -> ModelLimits:
+        """The model's limits (a dated snapshot uses its family's), else the defaults."""
+        found = self.models.get(model)
+        if found is None:
+            matches = [name for name in self.models if model.startswith(name)]
+            if matches:
+                found = self.models[max(matches, key=len)]
+        return found or ModelLimits(
+            context_window=self.context_window, min_cache_tokens=self.min_cache_tokens
+        )
+
+
 class BudgetSettings(Section):
     """Monthly token allowance per role; "unlimited" (None) means no limit."""
 
@@ -261,6 +320,7 @@ class SchedulerSettings(Section):
 class Settings(Section):
     database: DatabaseSettings = DatabaseSettings()
     llm: LLMSettings = LLMSettings()
+    agent: AgentSettings = AgentSettings()
     budgets: BudgetSettings = BudgetSettings()
     admin: AdminSettings = AdminSettings()
     personas: PersonaSettings = PersonaSettings()

@@ -17,7 +17,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.agent.history import HistoryRow
 from bot.store import Store
-from bot.store.models import Conversation, Message
+from bot.store.models import Conversation, ConversationSummary, Message
 from bot.types import IncomingMessage, conversation_key
 
 CACHE_LIMIT = 10_000
@@ -33,12 +33,21 @@ class ConversationRecord:
     server_id: str | None
 
 
+MAX_HISTORY_ROWS = 2000
+"""Safety cap on rows loaded for one run; compaction keeps histories far shorter."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConversationState:
     """The mutable part, read fresh for every run."""
 
     persona_name: str | None
     history: list[HistoryRow]
+    """Rows after the boundary: the last `/new` and the last compaction."""
+    summary: str | None = None
+    """The compaction summary standing in for the rows before the boundary."""
+    boundary: int = 0
+    """Rows with a larger id are in `history`."""
 
 
 def _record(row: Conversation) -> ConversationRecord:
@@ -101,10 +110,10 @@ class Conversations:
         return None if row is None else _record(row)
 
     async def state(
-        self, session: AsyncSession, conversation: ConversationRecord, turns: int
+        self, session: AsyncSession, conversation: ConversationRecord, max_rows: int = 0
     ) -> ConversationState:
-        """The persona choice and the messages of the last `turns` user turns
-        since the last `/new`, in two statements."""
+        """The persona choice, the latest compaction summary and the rows after it
+        (and after the last `/new`), oldest first; at most `max_rows` (the newest)."""
         persona_name, start = (
             await session.exec(
                 select(Conversation.persona_name, Conversation.history_start_id).where(
@@ -112,29 +121,33 @@ class Conversations:
                 )
             )
         ).one()
-        recent_users = (
-            select(Message.id)
-            .where(
-                Message.conversation_id == conversation.id,
-                Message.role == "user",
-                col(Message.id) >= (start or 0),
+        start = start or 0
+        compaction = (
+            await session.exec(
+                select(ConversationSummary.summary, ConversationSummary.up_to_message_id)
+                .where(
+                    ConversationSummary.conversation_id == conversation.id,
+                    col(ConversationSummary.up_to_message_id) >= start,
+                )
+                .order_by(col(ConversationSummary.id).desc())
+                .limit(1)
             )
-            .order_by(col(Message.id).desc())
-            .limit(turns)
-            .subquery()
-        )
-        first = select(func.min(recent_users.c.id)).scalar_subquery()
+        ).first()
+        summary, boundary = (compaction[0] or None, compaction[1]) if compaction else (None, 0)
+        boundary = max(boundary, start - 1)
         rows = (
             await session.exec(
                 select(Message)
-                .where(Message.conversation_id == conversation.id, col(Message.id) >= first)
-                .order_by(col(Message.id))
+                .where(Message.conversation_id == conversation.id, col(Message.id) > boundary)
+                .order_by(col(Message.id).desc())
+                .limit(max_rows or MAX_HISTORY_ROWS)
             )
         ).all()
         history = [
-            HistoryRow(r.role, r.text, r.tool_use_id, r.tool_name, r.data, r.is_error) for r in rows
+            HistoryRow(r.role, r.text, r.tool_use_id, r.tool_name, r.data, r.is_error, r.id)
+            for r in reversed(rows)
         ]
-        return ConversationState(persona_name, history)
+        return ConversationState(persona_name, history, summary, boundary)
 
     async def start_fresh(self, conversation_id: int) -> None:
         """Forget the history of a conversation for the LLM (`/new`); rows stay."""

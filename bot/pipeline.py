@@ -1,61 +1,49 @@
-"""One path for every message: gate → dedupe → command → resolve → agent → deliver.
+"""One path for every message: gate → dedupe → command → resolve → guard →
+run control → agent → deliver.
 
 `Pipeline.handle` is what adapters (and the scheduler) call. It never raises
 for a per-message failure: failures are logged, recorded and answered with a
-short error notice; the returned `Outcome` says what happened.
+short error notice; the returned `Outcome` says what happened. It returns once
+the message has been answered (so a piped terminal chat reads the next line
+only after the reply): by a run it drove, or — "merged" — by the run of its
+conversation that took it in (see `bot.agent.control`). The run itself is
+`bot.runner.Runner`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import secrets
-import time
-import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
+from bot.agent.compactor import Compactor
 from bot.agent.content import user_content
-from bot.agent.history import to_chat_messages
-from bot.agent.loop import AgentLoop, RunSpec, RunState
-from bot.agent.prompt import PromptContext, build_system
-from bot.agent.sanitize import SILENT_TOKEN, is_silent, sanitize
+from bot.agent.control import Batch, RunControl, Ticket
+from bot.agent.events import EventBus
+from bot.agent.guard import BLOCKED_REPLY, Guard
+from bot.agent.loop import AgentLoop
+from bot.agent.state import RunInput
 from bot.budget import Budgets
 from bot.commands import Commands
 from bot.config import Settings
-from bot.conversations import ConversationRecord, Conversations, ConversationState
+from bot.conversations import ConversationRecord, Conversations
 from bot.dedupe import EventLog
-from bot.errors import BudgetExceeded, ProviderError
 from bot.identity import Identity, UserRecord
-from bot.llm.types import ChatMessage
-from bot.personas import PersonaBook, PersonaRecord
-from bot.ports import Adapter, CommandInfo, ToolContext
+from bot.memory import MemoryStore
+from bot.personas import PersonaBook
+from bot.ports import Adapter, CommandInfo
+from bot.runner import INTERNAL_ERROR_REPLY, Runner
 from bot.store import Store
 from bot.store.models import DeliveryFailure, Message
 from bot.tools.registry import ToolRegistry
-from bot.turns import TurnRecord, record_turn
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
 
-RunStatus = Literal["completed", "silent", "failed"]
-
 TYPING_INTERVAL_S = 4.0
-PROVIDER_ERROR_REPLY = (
-    "Sorry, I couldn't get an answer from the AI service just now ({reason}). "
-    "Please try again in a moment."
-)
-INTERNAL_ERROR_REPLY = "Sorry, something went wrong on my side. The error has been logged."
-PROVIDER_REASONS = {
-    "Overloaded": "the service is overloaded",
-    "ProviderRateLimited": "rate limited",
-    "ProviderUnavailable": "the service is unreachable",
-    "ProviderAuthError": "the service rejected our credentials",
-    "ContextWindowExceeded": "the conversation is too long",
-    "ProviderBadRequest": "the request was rejected",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,21 +60,20 @@ class Services:
     tools: ToolRegistry
     agent: AgentLoop
     events: EventLog
-
-
-@dataclass(slots=True)
-class _Result:
-    status: RunStatus = "completed"
-    reply_text: str | None = None
-    error: str | None = None
-    error_kind: str = ""
+    control: RunControl
+    bus: EventBus
+    guard: Guard
+    memories: MemoryStore
+    compactor: Compactor
 
 
 class Pipeline:
     def __init__(self, services: Services) -> None:
         self.s = services
+        self.events = services.bus
+        """Run events for subscribers (`bot.agent.events`)."""
+        self._runner = Runner(services)
         self._adapters: dict[str, Adapter] = {}
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._active: set[asyncio.Task[object]] = set()
 
     # -- adapters -----------------------------------------------------------
@@ -102,7 +89,16 @@ class Pipeline:
         pending = {t for t in self._active if not t.done()}
         if pending:
             log.info("pipeline.draining runs=%d grace=%ss", len(pending), grace)
-            await asyncio.wait(pending, timeout=grace)
+            _, late = await asyncio.wait(pending, timeout=grace)
+            for task in late:  # recorded as cancelled while the store is still open
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=grace)
+        await self.s.control.drain(grace)
+
+    async def idle(self) -> None:
+        """Wait for background work (compaction) to finish."""
+        await self.s.control.idle()
 
     # -- the path -----------------------------------------------------------
 
@@ -142,8 +138,24 @@ class Pipeline:
             if msg.source == "user" and self.s.commands.is_command(msg.text):
                 return await self._command(msg, user, deliver)
             conversation = await self.s.conversations.resolve(msg)
-            async with self._conversation_lock(conversation.key):
-                return await self._run(msg, user, conversation, deliver)
+            prepared = await self._prepare(msg, user, conversation, deliver)
+            if isinstance(prepared, Outcome):
+                return prepared
+            item, notices = prepared
+            # Replies of a message answered through the caller's own channel
+            # (deliver=False) must come back to it: such a message runs alone.
+            group = (user.id, msg.source) if deliver and msg.source == "user" else object()
+            outcome = await self.s.control.submit(
+                conversation.key,
+                f"{msg.platform}:{msg.platform_channel_id}",
+                Ticket(item, group),
+                lambda batch: self._run(batch, user, conversation, deliver),
+            )
+            if outcome.status == "failed" and outcome.run_id is None and not outcome.replies:
+                await self._finish_event(msg, "failed")  # merged into a run that crashed
+            if notices and not deliver:  # not sent: the caller gets them first
+                outcome = dataclasses.replace(outcome, replies=(*notices, *outcome.replies))
+            return outcome
         except Exception:
             log.exception(
                 "pipeline.failed platform=%s conversation=%s", msg.platform, msg.conversation_key
@@ -161,153 +173,43 @@ class Pipeline:
         reply = self._reply(msg, result.text, "command", private=result.private)
         return await self._deliver(Outcome("command", (reply,)), deliver)
 
-    async def _run(
+    async def _prepare(
         self,
         msg: IncomingMessage,
         user: UserRecord,
         conversation: ConversationRecord,
         deliver: bool,
-    ) -> Outcome:
-        """Budget → persona → agent → persist → deliver, under the conversation lock."""
-        llm = self.s.settings.llm
-        refusal: str | None = None
-        async with self.s.store.read() as session:  # all reads of a run, one session
-            try:
-                await self.s.budgets.check(user, session)
-                state = await self.s.conversations.state(session, conversation, llm.history_turns)
-            except BudgetExceeded as exc:
-                refusal = str(exc)
-        if refusal is not None:  # refused before any LLM call
-            log.info("budget.refused user=%s %s", user.id, refusal)
-            await self._finish_event(msg, "refused")
-            reply = self._reply(msg, _budget_refusal(refusal), "refusal", private=True)
-            return await self._deliver(Outcome("refused", (reply,)), deliver)
-
+    ) -> tuple[RunInput, tuple[Reply, ...]] | Outcome:
+        """The message as run input (and notices about unusable attachments),
+        after the input guard; or the outcome when it goes no further (blocked,
+        or nothing usable in it)."""
+        if msg.source == "user":
+            checked = self.s.guard.check(msg.text, where=conversation.key, user=user.handle)
+            if checked.blocked:
+                await self._finish_event(msg, "blocked")
+                reply = self._reply(msg, BLOCKED_REPLY, "refusal")
+                return await self._deliver(Outcome("refused", (reply,)), deliver)
+            if checked.text != msg.text:
+                msg = dataclasses.replace(msg, text=checked.text)
         content = user_content(msg)
-        notice: tuple[Reply, ...] = ()
+        notices: tuple[Reply, ...] = ()
         if content.problems:
             text = "I couldn't use " + "; ".join(content.problems) + "."
-            notice = (self._reply(msg, text, "notice"),)
+            notices = (self._reply(msg, text, "notice"),)
             if not content.usable:  # nothing left to answer: no LLM call
                 await self._finish_event(msg, "refused")
-                return await self._deliver(Outcome("refused", notice), deliver)
-            await self._deliver(Outcome("refused", notice), deliver)
-        persona = self.s.personas.resolve(msg.platform, msg.platform_server_id, state.persona_name)
-        run_id = secrets.token_hex(8)
-        model = persona.model or (llm.fast_model if msg.source == "scheduler" else llm.model)
-        user_text = content.text
-        run = RunState(messages=[ChatMessage("user", content.blocks)])
-        spec = self._spec(msg, user, conversation, persona, state, model, run_id)
-        started = time.perf_counter()
-        result = await self._agent(spec, run, msg)
+                return await self._deliver(Outcome("refused", notices), deliver)
+            await self._deliver(Outcome("refused", notices), deliver)
+        return RunInput(content.blocks, content.text, origin=msg), notices
 
-        async with self.s.store.write() as session:
-            turn = TurnRecord(
-                run_id=run_id,
-                msg=msg,
-                user=user,
-                conversation=conversation,
-                persona_name=persona.name,
-                model=model,
-                state=run,
-                status=result.status,
-                reply_text=result.reply_text,
-                user_text=user_text,
-                error=result.error,
-            )
-            charge = await record_turn(session, turn, self.s.budgets, llm.prices)
-        usage = run.usage
-        log.info(
-            "run.%s run=%s conversation=%s user=%s model=%s iterations=%d tokens_in=%d "
-            "tokens_out=%d cache_read=%d cache_write=%d budget_used=%s overage=%s ms=%.0f",
-            result.status,
-            run_id,
-            conversation.key,
-            user.id,
-            model,
-            run.iterations,
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cache_read_tokens,
-            usage.cache_write_tokens,
-            charge.used if charge else "-",
-            charge.overage if charge else "-",
-            (time.perf_counter() - started) * 1000,
-        )
-        if result.status == "silent":
-            return Outcome("silent", notice, run_id)
-        if result.status == "failed":
-            reason = PROVIDER_REASONS.get(result.error_kind, "provider error")
-            reply = self._reply(msg, PROVIDER_ERROR_REPLY.format(reason=reason), "error")
-            return _with(notice, await self._deliver(Outcome("failed", (reply,), run_id), deliver))
-        assert result.reply_text is not None
-        reply = self._reply(msg, result.reply_text, "answer")
-        return _with(notice, await self._deliver(Outcome("answered", (reply,), run_id), deliver))
-
-    async def _agent(self, spec: RunSpec, run: RunState, msg: IncomingMessage) -> _Result:
-        """Run the agent loop; provider errors become a failed result (recorded,
-        then reported to the user as an error notice, never as an answer)."""
-        try:
-            async with self._typing(msg):
-                await self.s.agent.run(spec, run)
-        except ProviderError as exc:
-            kind = type(exc).__name__
-            log.error(
-                "run.provider_error run=%s conversation=%s error=%s: %s",
-                spec.context.run_id,
-                spec.context.conversation_key,
-                kind,
-                exc,
-            )
-            return _Result("failed", error=f"{kind}: {exc}", error_kind=kind)
-        text = sanitize(run.final_text)
-        if is_silent(text):
-            return _Result("silent", SILENT_TOKEN)
-        return _Result("completed", text)
-
-    def _spec(
-        self,
-        msg: IncomingMessage,
-        user: UserRecord,
-        conversation: ConversationRecord,
-        persona: PersonaRecord,
-        state: ConversationState,
-        model: str,
-        run_id: str,
-    ) -> RunSpec:
-        llm = self.s.settings.llm
-        tools = tuple(self.s.tools.available(user.role, persona.tool_modules))
-        prompt = PromptContext(
-            platform=msg.platform,
-            chat_type=msg.chat_type,
-            persona_name=persona.name,
-            persona_prompt=persona.prompt,
-            model=model,
-            conversation_key=conversation.key,
-            user_name=user.display_name or user.platform_user_id,
-            user_role=user.role.value,
-            tools=tools,
-            source=msg.source,
-            mode="minimal" if msg.source == "scheduler" else "full",
-        )
-        return RunSpec(
-            model=model,
-            system=build_system(prompt),
-            history=tuple(to_chat_messages(state.history)),
-            tools=tools,
-            context=ToolContext(
-                user_id=user.id,
-                role=user.role,
-                conversation_id=conversation.id,
-                conversation_key=conversation.key,
-                platform=msg.platform,
-                run_id=run_id,
-                chat_type=msg.chat_type,
-            ),
-            max_tokens=persona.max_tokens or llm.max_tokens,
-            max_iterations=llm.max_iterations,
-            timeout=llm.timeout_seconds,
-        )
+    async def _run(
+        self, batch: Batch, user: UserRecord, conversation: ConversationRecord, deliver: bool
+    ) -> Outcome:
+        first: IncomingMessage = batch.tickets[0].payload.origin
+        batch.owner = user.id
+        async with self._typing(first):
+            outcome = await self._runner.run(batch, user, conversation)
+        return await self._deliver(outcome, deliver)
 
     # -- delivery -----------------------------------------------------------
 
@@ -386,13 +288,6 @@ class Pipeline:
             except Exception:
                 log.exception("event.finish_failed platform=%s", msg.platform)
 
-    def _conversation_lock(self, key: str) -> asyncio.Lock:
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[key] = lock
-        return lock
-
     @contextlib.asynccontextmanager
     async def _typing(self, msg: IncomingMessage) -> AsyncIterator[None]:
         adapter = self._adapters.get(msg.platform)
@@ -416,17 +311,3 @@ class Pipeline:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-def _with(first: tuple[Reply, ...], outcome: Outcome) -> Outcome:
-    """The outcome with replies already sent before it listed first."""
-    if not first:
-        return outcome
-    return Outcome(outcome.status, (*first, *outcome.replies), outcome.run_id)
-
-
-def _budget_refusal(detail: str) -> str:
-    return (
-        "You've used up your token allowance for this month, so I can't answer right now. "
-        f"({detail}.) Ask an admin if you need more."
-    )

@@ -1,17 +1,20 @@
-"""Persisting one run: the user message, every tool call and result, the reply,
-the run record, token logs and the budget charge — in one transaction."""
+"""Persisting one run: the user messages it answered, every tool call and
+result, the reply, the run record, its trace spans, token logs and the budget
+charge — in one transaction."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.agent.loop import RunState
+from bot.agent.state import RunInput, RunState
+from bot.agent.traces import Span, span_rows
 from bot.budget import Budgets, Charge
 from bot.config import Price
 from bot.conversations import ConversationRecord
@@ -21,22 +24,38 @@ from bot.pricing import estimate_cost
 from bot.store.models import Message, ProcessedEvent, Run, StoredFile, TokenLog
 from bot.types import IncomingMessage, utcnow
 
+STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"
+TIMEOUT_NOTE = "(Stopped before finishing: the run took too long.)"
+
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
     run_id: str
-    msg: IncomingMessage
     user: UserRecord
     conversation: ConversationRecord
     persona_name: str
     model: str
     state: RunState
     status: str
-    """completed | silent | failed | cancelled"""
+    """completed | silent | failed | cancelled | timeout"""
     reply_text: str | None
     """The sanitized reply as sent (None: nothing to record as the final answer)."""
-    user_text: str
     error: str | None = None
+
+    @property
+    def messages(self) -> list[IncomingMessage]:
+        return [i.origin for _, i in self.state.inputs if isinstance(i.origin, IncomingMessage)]
+
+    @property
+    def first(self) -> IncomingMessage:
+        return self.messages[0]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSaved:
+    charge: Charge | None
+    rows: int
+    """Conversation messages written."""
 
 
 async def record_turn(
@@ -44,8 +63,8 @@ async def record_turn(
     turn: TurnRecord,
     budgets: Budgets,
     prices: Mapping[str, Price],
-) -> Charge | None:
-    msg, state = turn.msg, turn.state
+) -> TurnSaved:
+    state, first = turn.state, turn.first
     conversation_id = turn.conversation.id
     now = utcnow()
     session.add(
@@ -53,41 +72,107 @@ async def record_turn(
             id=turn.run_id,
             conversation_id=conversation_id,
             user_id=turn.user.id,
-            source=msg.source,
+            source=first.source,
             status=turn.status,
             model=turn.model,
             persona_name=turn.persona_name,
             iterations=state.iterations,
             tokens=state.usage.total,
             error=turn.error,
-            started_at=msg.received_at,
+            started_at=first.received_at,
             finished_at=now,
         )
     )
-    rows = [
-        Message(
-            conversation_id=conversation_id,
+    rows = _message_rows(turn)
+    session.add_all(rows)
+    for msg in turn.messages:
+        _add_files(session, msg, conversation_id, turn.run_id)
+    session.add_all(span_rows(turn.run_id, state.spans))
+    purpose = "wakeup" if first.source == "scheduler" else "chat"
+    session.add_all(
+        token_logs(
+            state.calls,
             run_id=turn.run_id,
-            role="user",
-            text=turn.user_text,
             user_id=turn.user.id,
-            platform_message_id=msg.platform_message_id,
-            data=_attachment_meta(msg),
-            created_at=msg.received_at,
+            conversation_id=conversation_id,
+            platform=first.platform,
+            purpose=purpose,
+            prices=prices,
         )
+    )
+    keys = [m.dedupe_key for m in turn.messages if m.dedupe_key]
+    if keys:
+        await session.exec(
+            update(ProcessedEvent)
+            .where(
+                col(ProcessedEvent.platform) == first.platform,
+                col(ProcessedEvent.event_id).in_(keys),
+            )
+            .values(status=turn.status, finished_at=now)
+        )
+    charge = await budgets.charge(session, turn.user.id, turn.user.role, state.usage.total)
+    return TurnSaved(charge, len(rows))
+
+
+def token_logs(
+    spans: Sequence[Span],
+    *,
+    run_id: str,
+    user_id: int,
+    conversation_id: int | None,
+    platform: str,
+    purpose: str,
+    prices: Mapping[str, Price],
+) -> list[TokenLog]:
+    """One token log per span that used tokens; LLM calls get `purpose`, internal
+    calls (compaction, memory flush) their own kind."""
+    return [
+        TokenLog(
+            run_id=run_id,
+            user_id=user_id,
+            conversation_id=conversation_id,
+            platform=platform,
+            model=span.name,
+            purpose=purpose if span.kind == "llm" else span.kind,
+            input_tokens=span.usage.input_tokens,
+            output_tokens=span.usage.output_tokens,
+            cache_read_tokens=span.usage.cache_read_tokens,
+            cache_write_tokens=span.usage.cache_write_tokens,
+            cost_usd=estimate_cost(span.name, span.usage, prices),
+        )
+        for span in spans
+        if span.usage.total or not span.is_error
     ]
-    # state.messages[0] is the user message; the final assistant message is
-    # replaced by the sanitized reply.
-    steps = state.messages[1:]
+
+
+def _message_rows(turn: TurnRecord) -> list[Message]:
+    """Rows in the order the model saw them; the final assistant message is
+    replaced by the sanitized reply."""
+    state, conversation_id = turn.state, turn.conversation.id
+    inputs: dict[int, list[RunInput]] = {}
+    for at, item in state.inputs:
+        inputs.setdefault(at, []).append(item)
+    input_blocks = {id(b) for _, i in state.inputs for b in i.blocks}
+    steps = list(enumerate(state.messages))
+    last = state.messages[-1] if state.messages else None
     if (
         turn.reply_text is not None
-        and steps
-        and steps[-1].role == "assistant"
-        and not any(isinstance(b, ToolUseBlock) for b in steps[-1].content)
+        and len(steps) > 1
+        and last is not None
+        and last.role == "assistant"
+        and not any(isinstance(b, ToolUseBlock) for b in last.content)
     ):
         steps = steps[:-1]
-    for message in steps:
-        rows.extend(_rows_for(message, conversation_id, turn.run_id))
+    rows: list[Message] = []
+    for index, message in steps:
+        if message.role == "user":
+            kept = tuple(b for b in message.content if id(b) not in input_blocks)
+            rows += _rows_for(ChatMessage("user", kept), conversation_id, turn.run_id)
+            rows += [_input_row(item, turn) for item in inputs.get(index, ())]
+        else:
+            rows += _rows_for(message, conversation_id, turn.run_id)
+    for at in sorted(set(inputs) - {i for i, _ in steps}):  # inputs never sent (stopped)
+        rows += [_input_row(item, turn) for item in inputs[at]]
     if turn.reply_text is not None:
         rows.append(
             Message(
@@ -98,49 +183,33 @@ async def record_turn(
                 silent=turn.status == "silent",
             )
         )
-    session.add_all(rows)
-    for attachment in msg.attachments:
-        if attachment.data is not None:
-            session.add(
-                StoredFile(
-                    conversation_id=conversation_id,
-                    run_id=turn.run_id,
-                    platform=msg.platform,
-                    platform_file_id=attachment.file_id,
-                    kind=attachment.kind,
-                    name=attachment.name,
-                    mime_type=attachment.mime_type,
-                    size=len(attachment.data),
-                    sha256=hashlib.sha256(attachment.data).hexdigest(),
-                    data=attachment.data,
-                )
-            )
-    for call in state.calls:
-        session.add(
-            TokenLog(
-                run_id=turn.run_id,
-                user_id=turn.user.id,
+    elif turn.status in ("cancelled", "timeout"):  # so the next run knows
+        rows.append(
+            Message(
                 conversation_id=conversation_id,
-                platform=msg.platform,
-                model=call.model,
-                purpose="wakeup" if msg.source == "scheduler" else "chat",
-                input_tokens=call.usage.input_tokens,
-                output_tokens=call.usage.output_tokens,
-                cache_read_tokens=call.usage.cache_read_tokens,
-                cache_write_tokens=call.usage.cache_write_tokens,
-                cost_usd=estimate_cost(call.model, call.usage, prices),
+                run_id=turn.run_id,
+                role="assistant",
+                text=STOPPED_NOTE if turn.status == "cancelled" else TIMEOUT_NOTE,
+                silent=True,
             )
         )
-    if msg.dedupe_key:
-        await session.exec(
-            update(ProcessedEvent)
-            .where(
-                col(ProcessedEvent.platform) == msg.platform,
-                col(ProcessedEvent.event_id) == msg.dedupe_key,
-            )
-            .values(status=turn.status, finished_at=now)
-        )
-    return await budgets.charge(session, turn.user.id, turn.user.role, state.usage.total)
+    return rows
+
+
+def _input_row(item: RunInput, turn: TurnRecord) -> Message:
+    msg = item.origin
+    assert isinstance(msg, IncomingMessage)
+    received: datetime = msg.received_at
+    return Message(
+        conversation_id=turn.conversation.id,
+        run_id=turn.run_id,
+        role="user",
+        text=item.text,
+        user_id=turn.user.id,
+        platform_message_id=msg.platform_message_id,
+        data=_attachment_meta(msg),
+        created_at=received,
+    )
 
 
 def _rows_for(message: ChatMessage, conversation_id: int, run_id: str) -> list[Message]:
@@ -178,6 +247,27 @@ def _rows_for(message: ChatMessage, conversation_id: int, run_id: str) -> list[M
                 )
             )
     return rows
+
+
+def _add_files(
+    session: AsyncSession, msg: IncomingMessage, conversation_id: int, run_id: str
+) -> None:
+    for attachment in msg.attachments:
+        if attachment.data is not None:
+            session.add(
+                StoredFile(
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    platform=msg.platform,
+                    platform_file_id=attachment.file_id,
+                    kind=attachment.kind,
+                    name=attachment.name,
+                    mime_type=attachment.mime_type,
+                    size=len(attachment.data),
+                    sha256=hashlib.sha256(attachment.data).hexdigest(),
+                    data=attachment.data,
+                )
+            )
 
 
 def _attachment_meta(msg: IncomingMessage) -> dict[str, object] | None:

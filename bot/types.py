@@ -148,8 +148,19 @@ class IncomingMessage:
 
 ReplyKind = Literal["answer", "command", "refusal", "error", "notice"]
 OutcomeStatus = Literal[
-    "ignored", "context", "duplicate", "command", "refused", "silent", "answered", "failed"
+    "ignored",
+    "context",
+    "duplicate",
+    "command",
+    "refused",
+    "silent",
+    "answered",
+    "failed",
+    "merged",
+    "cancelled",
 ]
+"""`merged`: answered together with other messages by the run named in `run_id`
+(its replies went out with that run); `cancelled`: its run was stopped (/stop)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.store import models
+from bot.store.migrate import include_object
 
 target_metadata = models.SQLModel.metadata
 
@@ -25,6 +26,7 @@ def _configure_and_run(connection: Connection) -> None:
         target_metadata=target_metadata,
         compare_type=True,
         render_as_batch=connection.dialect.name == "sqlite",
+        include_object=include_object,
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -45,6 +47,7 @@ elif context.is_offline_mode():
         url=os.environ.get("SWITCHBOARD_DATABASE_URL", "sqlite:///switchboard.db"),
         target_metadata=target_metadata,
         literal_binds=True,
+        include_object=include_object,
     )
     with context.begin_transaction():
         context.run_migrations()

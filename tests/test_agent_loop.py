@@ -6,36 +6,13 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from bot.errors import ToolFailed
-from bot.ports import ToolContext
 from bot.types import Role
 from tests.fakes.anthropic import text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
-
-
-@dataclass
-class ProbeTool:
-    """A tool whose behaviour each test scripts."""
-
-    name: str
-    behaviour: Any = None
-    description: str = "A test tool."
-    input_schema: Mapping[str, Any] = field(
-        default_factory=lambda: {"type": "object", "properties": {"x": {"type": "string"}}}
-    )
-    min_role: Role = Role.GUEST
-    module: str = "test"
-    calls: list[Mapping[str, Any]] = field(default_factory=list)
-
-    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
-        self.calls.append(args)
-        if self.behaviour is None:
-            return f"{self.name} ok {args.get('x', '')}".strip()
-        result: str = await self.behaviour(self, args)
-        return result
+from tests.probes import ProbeTool
 
 
 async def start(make_app, *tools, **sections):  # type: ignore[no-untyped-def]
@@ -149,19 +126,45 @@ async def test_a_deliberate_tool_failure_is_not_retried(make_app, fake_anthropic
 async def test_iteration_limit_gives_a_partial_answer(make_app, fake_anthropic):
     tool = ProbeTool("step")
     app, adapter = await start(make_app, tool, llm={"max_iterations": 3})
-    fake_anthropic.responder = lambda body: tool_use_reply(
-        tool_call("step"), text="Still working on it."
-    )
+
+    def responder(body: dict[str, Any]) -> Any:
+        if body.get("tool_choice") == {"type": "none"}:
+            return text_reply("Here is what I found so far.")
+        return tool_use_reply(tool_call("step"), text="Still working on it.")
+
+    fake_anthropic.responder = responder
     outcome = await app.pipeline.handle(message("loop forever"))
 
-    assert fake_anthropic.request_count == 3 and len(tool.calls) == 3
+    # The last allowed call must answer: tools stay defined but cannot be called.
+    assert fake_anthropic.request_count == 3 and len(tool.calls) == 2
+    last = fake_anthropic.requests[-1].body
+    assert last["tool_choice"] == {"type": "none"} and last["tools"]
+    assert "last step allowed" in last["messages"][-1]["content"][-1]["text"]
     assert outcome.status == "answered"
-    assert adapter.texts[0].startswith("Still working on it.")
+    assert adapter.texts[0].startswith("Here is what I found so far.")
     assert "stopped after 3 steps" in adapter.texts[0]
     # The stored history stays valid for the next message.
     fake_anthropic.responder = None  # type: ignore[assignment]
     fake_anthropic.script(text_reply("ok"))
     assert (await app.pipeline.handle(message("next"))).status == "answered"
+
+
+async def test_iteration_limit_when_the_model_still_calls_tools(make_app, fake_anthropic):
+    tool = ProbeTool("step")
+    app, adapter = await start(make_app, tool, llm={"max_iterations": 2})
+    fake_anthropic.responder = lambda body: tool_use_reply(
+        tool_call("step"), text="Still working on it."
+    )
+    outcome = await app.pipeline.handle(message("loop forever"))
+
+    assert fake_anthropic.request_count == 2 and len(tool.calls) == 1  # the last call's tools: no
+    assert outcome.status == "answered"
+    assert adapter.texts[0].startswith("Still working on it.")
+    assert "stopped after 2 steps" in adapter.texts[0]
+    fake_anthropic.responder = None  # type: ignore[assignment]
+    fake_anthropic.script(text_reply("ok"))
+    assert (await app.pipeline.handle(message("next"))).status == "answered"
+    assert fake_anthropic.last_request.status == 200
 
 
 async def test_unknown_tool_is_reported_to_the_model(make_app, fake_anthropic):

@@ -110,3 +110,97 @@ def test_assistant_tool_calls_followed_by_another_assistant_turn():
     )
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
     assert valid(messages)
+
+
+# --- the three-stage pipeline -------------------------------------------------
+
+
+def turn_rows(n: int, *, tools: bool = False, result: str = "r") -> list[HistoryRow]:
+    rows: list[HistoryRow] = []
+    for i in range(n):
+        rows.append(HistoryRow("user", f"question {i}", id=len(rows) + 1))
+        if tools:
+            rows.append(HistoryRow("tool_call", "", f"t{i}", "a", {}, id=len(rows) + 1))
+            rows.append(HistoryRow("tool_result", result, f"t{i}", id=len(rows) + 1))
+        rows.append(HistoryRow("assistant", f"answer {i}", id=len(rows) + 1))
+    return rows
+
+
+def first_question(rows: list[HistoryRow]) -> str:
+    return next(r.text for r in rows if r.role == "user")
+
+
+def test_recent_turns_are_kept_and_dropped_in_steps():
+    from bot.agent.history import keep_recent_turns
+
+    starts = [first_question(keep_recent_turns(turn_rows(n), 4, 3)) for n in range(1, 12)]
+    # At least four turns; the start moves three turns at a time.
+    assert starts == [
+        "question 0",
+        "question 0",
+        "question 0",
+        "question 0",
+        "question 0",
+        "question 0",
+        "question 3",
+        "question 3",
+        "question 3",
+        "question 6",
+        "question 6",
+    ]
+    assert first_question(keep_recent_turns(turn_rows(10), 4, 1)) == "question 6"
+
+
+def test_pruning_soft_trims_then_clears_old_results_only():
+    from bot.agent.history import (
+        CLEARED_RESULT,
+        SOFT_TRIM_KEEP,
+        group_rows,
+        prune_tool_results,
+    )
+    from bot.llm.tokens import messages_tokens
+
+    big = "".join(f"{i:05d}" for i in range(2000))  # 10,000 characters
+    messages = group_rows(turn_rows(8, tools=True, result=big))
+    results = lambda ms: [  # noqa: E731
+        b.content for m in ms for b in m.content if isinstance(b, ToolResultBlock)
+    ]
+    full = messages_tokens(messages)
+
+    # A budget a little under the total: one soft trim is enough, the oldest.
+    trimmed = prune_tool_results(messages, full - 500)
+    contents = results(trimmed)
+    assert contents[0].startswith(big[:SOFT_TRIM_KEEP]) and contents[0].endswith(
+        big[-SOFT_TRIM_KEEP:]
+    )
+    assert "characters trimmed" in contents[0]
+    assert contents[1:] == [big] * 7
+
+    # A tight budget: everything old is trimmed, then cleared, oldest first;
+    # nothing from the third-to-last assistant message on is touched (here: the
+    # last turn's tool call, its result and its answer).
+    pruned = prune_tool_results(messages, 1)
+    contents = results(pruned)
+    assert contents[:7] == [CLEARED_RESULT] * 7
+    assert contents[7:] == [big]
+    assert pruned[0] == messages[0]  # the first user message is protected
+    assert valid(repair(pruned))
+
+
+def test_build_history_puts_the_summary_first():
+    from bot.agent.history import SUMMARY_ACK, SUMMARY_HEADER, HistoryPolicy, build_history
+
+    rows = [HistoryRow("tool_result", "orphan", "t0"), *turn_rows(2)]
+    messages = build_history(rows, "- Bob likes tea", HistoryPolicy(turns=10))
+    assert messages[0].text == f"{SUMMARY_HEADER}\n- Bob likes tea"
+    assert messages[1].text == SUMMARY_ACK
+    assert [m.role for m in messages] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert valid(messages)
+    assert build_history(rows, None, HistoryPolicy())[0].text == "question 0"

@@ -187,7 +187,8 @@ async def test_provider_error_is_reported_and_recorded(make_app, fake_anthropic)
     assert adapter.texts[-1] == "back again"
     sent = fake_anthropic.last_request.messages
     assert [m["role"] for m in sent] == ["user"]  # the unanswered message is merged in
-    assert [b["text"] for b in sent[0]["content"]] == ["hello?", "retry"]
+    assert [b["text"] for b in sent[0]["content"]][:2] == ["hello?", "retry"]
+    assert sent[0]["content"][2]["text"].startswith("<turn_context>\nCurrent time: ")
 
 
 async def test_failed_delivery_is_recorded(make_app, fake_anthropic):
@@ -223,7 +224,12 @@ async def test_new_starts_a_fresh_history(make_app, fake_anthropic):
 
 
 async def test_history_limit_keeps_recent_turns(make_app, fake_anthropic):
-    app, _ = await open_app(make_app, llm={"history_turns": 2})
+    app, _ = await open_app(
+        make_app,
+        llm={"history_turns": 2},
+        agent={"history_step": 1},
+        budgets={"guest": "unlimited"},
+    )
     for i in range(5):
         await app.pipeline.handle(message(f"message {i}"))
     sent = fake_anthropic.last_request.messages
@@ -297,7 +303,7 @@ async def test_group_context_is_kept_when_configured(make_app, fake_anthropic):
     await app.pipeline.handle(message("@bot when is the deploy?", mentions_bot=True, **group))
     sent = fake_anthropic.last_request.messages
     assert len(sent) == 1  # both in one user turn
-    assert [b["text"] for b in sent[0]["content"]] == [
+    assert [b["text"] for b in sent[0]["content"]][:2] == [
         "[Alice] the deploy is at 5pm",
         "[Alice] @bot when is the deploy?",
     ]

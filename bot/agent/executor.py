@@ -1,45 +1,93 @@
 """Runs one response's tool calls: concurrently, each retried once, with
-timeouts; failures go through the error channel. Results come back in call order."""
+timeouts; failures go through the error channel; results over the size limit
+are stored and replaced by a preview (`bot.tools.results`). Results come back
+in call order. Each finished call is reported to `on_done` as it completes (with
+its span), so a cancelled run still knows the results it had."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from bot.agent.errors import ErrorChannel
+from bot.agent.errors import ErrorChannel, summarize
+from bot.agent.traces import Span, Timer
 from bot.errors import ToolFailed
 from bot.llm.types import ToolResultBlock, ToolUseBlock
 from bot.ports import Tool, ToolContext
+from bot.tools.results import ResultStore
 
 log = logging.getLogger("switchboard.tools")
 
+OnDone = Callable[[ToolUseBlock, ToolResultBlock, Span], None]
+OnRetry = Callable[[ToolUseBlock, int, str], None]
+
 
 class ToolExecutor:
-    def __init__(self, errors: ErrorChannel, *, timeout: float = 60.0, attempts: int = 2) -> None:
+    def __init__(
+        self,
+        errors: ErrorChannel,
+        *,
+        timeout: float = 60.0,
+        attempts: int = 2,
+        results: ResultStore | None = None,
+    ) -> None:
         self._errors = errors
         self._timeout = timeout
         self._attempts = attempts
+        self._results = results
 
     async def run_all(
-        self, calls: Sequence[ToolUseBlock], tools: Mapping[str, Tool], ctx: ToolContext
+        self,
+        calls: Sequence[ToolUseBlock],
+        tools: Mapping[str, Tool],
+        ctx: ToolContext,
+        *,
+        on_done: OnDone | None = None,
+        on_retry: OnRetry | None = None,
     ) -> list[ToolResultBlock]:
-        return list(await asyncio.gather(*(self._run_one(c, tools, ctx) for c in calls)))
+        return list(
+            await asyncio.gather(*(self._run(c, tools, ctx, on_done, on_retry) for c in calls))
+        )
+
+    async def _run(
+        self,
+        call: ToolUseBlock,
+        tools: Mapping[str, Tool],
+        ctx: ToolContext,
+        on_done: OnDone | None,
+        on_retry: OnRetry | None,
+    ) -> ToolResultBlock:
+        timer = Timer()
+        result, error = await self._run_one(call, tools, ctx, on_retry)
+        span = Span(
+            "tool", call.name, timer.started_at, timer.ms, is_error=result.is_error, detail=error
+        )
+        if on_done is not None:
+            on_done(call, result, span)
+        return result
 
     async def _run_one(
-        self, call: ToolUseBlock, tools: Mapping[str, Tool], ctx: ToolContext
-    ) -> ToolResultBlock:
+        self,
+        call: ToolUseBlock,
+        tools: Mapping[str, Tool],
+        ctx: ToolContext,
+        on_retry: OnRetry | None,
+    ) -> tuple[ToolResultBlock, str | None]:
         tool = tools.get(call.name)
         if tool is None:
-            return ToolResultBlock(
-                call.id, f"Tool '{call.name}' is not available in this conversation.", True
-            )
+            text = f"Tool '{call.name}' is not available in this conversation."
+            return ToolResultBlock(call.id, text, True), "not available"
         last_exc: BaseException | None = None
         for attempt in range(1, self._attempts + 1):
             try:
                 async with asyncio.timeout(self._timeout):
-                    output = await tool.run(call.input, ctx)
-                return ToolResultBlock(call.id, str(output))
+                    output = str(await tool.run(call.input, ctx))
+                if self._results is not None:
+                    output = await self._results.shrink(
+                        output, tool_name=call.name, tool_use_id=call.id, ctx=ctx
+                    )
+                return ToolResultBlock(call.id, output), None
             except asyncio.CancelledError:
                 raise
             except TimeoutError:
@@ -51,6 +99,8 @@ class ToolExecutor:
                 last_exc = exc
             if attempt < self._attempts:
                 log.info("tool.retry tool=%s attempt=%d run=%s", call.name, attempt, ctx.run_id)
+                if on_retry is not None:
+                    on_retry(call, attempt, summarize(last_exc))
         assert last_exc is not None
         message = await self._errors.report(call.name, call.input, last_exc, ctx)
-        return ToolResultBlock(call.id, message, True)
+        return ToolResultBlock(call.id, message, True), summarize(last_exc)

@@ -1,21 +1,42 @@
-"""Stored conversation rows → LLM messages, always a history the API accepts.
+"""Stored conversation rows → the history sent to the LLM, in three stages.
+
+1. `keep_recent_turns`: the last N user turns with their assistant and tool
+   messages. Older turns are dropped from the front `step` at a time (so up to
+   N + step - 1 turns are kept), and the start of the history — with it the
+   cached prompt prefix — stays put between drops.
+2. `prune_tool_results`: when the estimated prompt passes its budget (a share of
+   the context window), tool results are pruned in two passes, oldest first,
+   until it fits: a soft trim (results over 4,000 characters keep their first
+   and last 1,500) and then a hard clear (results over a minimum size become
+   ``[Old tool result content cleared]``). Never touched: the first user message
+   (or the summary pair standing in for it) and the last three assistant
+   messages with what follows them.
+3. `repair`: tool pairing made valid — every tool_use answered by a tool_result
+   in the next message (a missing one is synthesized), no tool_result without
+   its tool_use, the first message from the user, roles alternating.
 
 Rows are `messages` table entries with roles user / assistant / tool_call /
-tool_result. `to_chat_messages` groups them into alternating user/assistant
-messages; `repair` makes tool pairing valid: every tool_use is answered by a
-tool_result in the next message, no tool_result lacks its tool_use, the first
-message is from the user and no two messages in a row share a role.
+tool_result. A compaction summary, when there is one, comes first as a user
+message and an assistant acknowledgement.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from bot.llm.tokens import messages_tokens
 from bot.llm.types import Block, ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
 
 MISSING_RESULT = "[Tool result missing — session was compacted]"
+CLEARED_RESULT = "[Old tool result content cleared]"
+SUMMARY_HEADER = "[Summary of the earlier conversation]"
+SUMMARY_ACK = "Understood — I have the summary of our earlier conversation."
+SOFT_TRIM_OVER = 4000
+SOFT_TRIM_KEEP = 1500
+HARD_CLEAR_MIN = 500
+PROTECTED_ASSISTANT_MESSAGES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +49,119 @@ class HistoryRow:
     tool_name: str | None = None
     data: dict[str, Any] | None = None
     is_error: bool = False
+    id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPolicy:
+    turns: int = 20
+    step: int = 1
+    budget_tokens: int | None = None
+    """Prune tool results when the estimated prompt exceeds this (None: never)."""
+    fixed_tokens: int = 0
+    """Tokens of the request outside the messages (system prompt, tools)."""
+
+
+def build_history(
+    rows: Sequence[HistoryRow], summary: str | None, policy: HistoryPolicy
+) -> list[ChatMessage]:
+    """The three stages, with the summary (if any) in front."""
+    kept = keep_recent_turns(rows, policy.turns, policy.step)
+    messages = [*summary_messages(summary), *group_rows(kept)]
+    if policy.budget_tokens is not None:
+        messages = prune_tool_results(
+            messages, policy.budget_tokens - policy.fixed_tokens, protect_head=2 if summary else 1
+        )
+    return repair(messages)
+
+
+def summary_messages(summary: str | None) -> list[ChatMessage]:
+    if not summary or not summary.strip():
+        return []
+    return [
+        ChatMessage("user", (TextBlock(f"{SUMMARY_HEADER}\n{summary.strip()}"),)),
+        ChatMessage("assistant", (TextBlock(SUMMARY_ACK),)),
+    ]
+
+
+# --- stage 1 -------------------------------------------------------------------
+
+
+def keep_recent_turns(rows: Sequence[HistoryRow], turns: int, step: int = 1) -> list[HistoryRow]:
+    """Rows from the start of the oldest kept user turn: at least the last `turns`
+    user turns; older ones are dropped in multiples of `step` (so fewer than
+    `turns + step` are kept)."""
+    starts = [i for i, row in enumerate(rows) if row.role == "user"]
+    step = max(1, step)
+    drop = (len(starts) - turns) // step * step
+    if drop <= 0:
+        return list(rows)
+    return list(rows[starts[drop] :])
+
+
+# --- stage 2 -------------------------------------------------------------------
+
+
+def prune_tool_results(
+    messages: Sequence[ChatMessage], budget_tokens: int, *, protect_head: int = 1
+) -> list[ChatMessage]:
+    """Soft-trim, then clear, old tool results until the messages fit `budget_tokens`."""
+    pruned = list(messages)
+    total = messages_tokens(pruned)
+    if total <= budget_tokens:
+        return pruned
+    assistants = [i for i, m in enumerate(pruned) if m.role == "assistant"]
+    protected_from = (
+        assistants[-PROTECTED_ASSISTANT_MESSAGES]
+        if len(assistants) >= PROTECTED_ASSISTANT_MESSAGES
+        else (assistants[0] if assistants else len(pruned))
+    )
+    candidates = range(min(protect_head, len(pruned)), protected_from)
+    for shrink in (_soft_trim, _hard_clear):
+        for i in candidates:
+            if total <= budget_tokens:
+                return pruned
+            message = pruned[i]
+            changed = tuple(
+                shrink(b) if isinstance(b, ToolResultBlock) else b for b in message.content
+            )
+            if changed != message.content:
+                before = messages_tokens((message,))
+                pruned[i] = ChatMessage(message.role, changed)
+                total += messages_tokens((pruned[i],)) - before
+    return pruned
+
+
+def soft_trimmed(content: str) -> str:
+    if len(content) <= SOFT_TRIM_OVER:
+        return content
+    cut = len(content) - 2 * SOFT_TRIM_KEEP
+    return (
+        f"{content[:SOFT_TRIM_KEEP]}\n\n[… {cut:,} characters trimmed …]\n\n"
+        f"{content[-SOFT_TRIM_KEEP:]}"
+    )
+
+
+def _soft_trim(block: ToolResultBlock) -> ToolResultBlock:
+    trimmed = soft_trimmed(block.content)
+    return block if trimmed == block.content else replace(block, content=trimmed)
+
+
+def _hard_clear(block: ToolResultBlock) -> ToolResultBlock:
+    if len(block.content) <= HARD_CLEAR_MIN or block.content == CLEARED_RESULT:
+        return block
+    return replace(block, content=CLEARED_RESULT)
+
+
+# --- grouping and stage 3 ------------------------------------------------------
 
 
 def to_chat_messages(rows: Iterable[HistoryRow]) -> list[ChatMessage]:
+    return repair(group_rows(rows))
+
+
+def group_rows(rows: Iterable[HistoryRow]) -> list[ChatMessage]:
+    """Rows as alternating messages (consecutive rows of one side share a message)."""
     messages: list[ChatMessage] = []
     for row in rows:
         role, block = _row_block(row)
@@ -41,7 +172,7 @@ def to_chat_messages(rows: Iterable[HistoryRow]) -> list[ChatMessage]:
             messages[-1] = ChatMessage(role, (*last.content, block))
         else:
             messages.append(ChatMessage(role, (block,)))
-    return repair(messages)
+    return messages
 
 
 def _row_block(row: HistoryRow) -> tuple[Any, Block | None]:

@@ -1,28 +1,59 @@
 """The agent loop: think → act → observe, bounded by `max_iterations` LLM calls.
 
-The loop is pure orchestration: it knows the provider, the tools and the
-executor, nothing about platforms or storage. Everything it produces is
-accumulated in a `RunState` the caller owns, so partial work (and its token
-usage) survives a provider failure or a cancellation.
+The loop knows the provider, the tools and the executor, nothing about
+platforms or storage. Everything it produces goes into a `RunState` the caller
+owns, so partial work survives a provider failure or a cancellation (a
+cancelled tool step keeps the results that had finished).
+
+Stop reasons: ``tool_use`` runs the tools and goes on; ``pause_turn`` sends the
+paused turn back; ``max_tokens`` continues a cut reply (`max_continuations`
+times) or retries a cut tool call with more room, then tells the user the reply
+was cut; ``refusal`` gives a polite reply (logged); a prompt too long
+(``model_context_window_exceeded`` or the API's error) compacts the context and
+retries once. On the last allowed call the model must answer without tools, so
+hitting the iteration limit still gives the best partial answer and a note.
+
+Before each call the context is fitted: old tool results are pruned past the
+prune threshold, and a long tool loop crossing the compaction threshold is
+compacted (`bot.agent.compaction`). Messages that arrive for the conversation
+meanwhile (`RunSpec.inbox`) join the run: after a tool step, or — replacing an
+answer not sent yet — after the final reply.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+from bot.agent.compaction import Summarizer, compact_view, split_summary
+from bot.agent.events import EventBus, RunEvents
 from bot.agent.executor import ToolExecutor
+from bot.agent.history import prune_tool_results
+from bot.agent.messages import (
+    add_user_blocks,
+    assistant,
+    blank,
+    concat,
+    join,
+    last_assistant_text,
+    user,
+    without_tools,
+)
+from bot.agent.state import RunInput, RunSpec, RunState
+from bot.agent.traces import Span, Timer
+from bot.errors import ContextWindowExceeded, ProviderError
+from bot.llm.tokens import messages_tokens, prompt_tokens, text_tokens
 from bot.llm.types import (
+    Block,
     ChatMessage,
     LLMRequest,
     LLMResponse,
-    SystemBlock,
+    TextBlock,
+    ToolResultBlock,
 )
-from bot.ports import Provider, TextCallback, Tool, ToolContext
+from bot.ports import Provider, TextCallback
 from bot.tools.registry import tool_spec
-from bot.types import Usage
 
 log = logging.getLogger("switchboard.agent")
 
@@ -30,131 +61,320 @@ ITERATION_LIMIT_NOTE = (
     "_(I stopped after {n} steps without finishing. Ask me to continue if you need more.)_"
 )
 MAX_TOKENS_NOTE = "_(My reply was cut off because it reached the length limit.)_"
-REFUSAL_REPLY = "I can't help with that request."
-
-
-@dataclass(frozen=True, slots=True)
-class LLMCall:
-    model: str
-    usage: Usage
-    stop_reason: str
-    duration_s: float
-
-
-@dataclass(slots=True)
-class RunState:
-    """What a run has produced so far. `messages` starts with the user message."""
-
-    messages: list[ChatMessage] = field(default_factory=list)
-    calls: list[LLMCall] = field(default_factory=list)
-    final_text: str = ""
-    stop_reason: str | None = None
-    hit_iteration_limit: bool = False
-
-    @property
-    def usage(self) -> Usage:
-        total = Usage()
-        for call in self.calls:
-            total = total + call.usage
-        return total
-
-    @property
-    def iterations(self) -> int:
-        return len(self.calls)
-
-
-@dataclass(frozen=True, slots=True)
-class RunSpec:
-    model: str
-    system: tuple[SystemBlock, ...]
-    history: tuple[ChatMessage, ...]
-    tools: tuple[Tool, ...]
-    context: ToolContext
-    max_tokens: int
-    max_iterations: int
-    temperature: float | None = None
-    timeout: float | None = None
+CONTEXT_NOTE = "_(My reply was cut off: this conversation no longer fits my context window.)_"
+REFUSAL_REPLY = "Sorry, I can't help with that request."
+WRAP_UP = (
+    "This is the last step allowed for this turn: tools can't be used any more. Answer "
+    "now with what you have found, and say what is left to do."
+)
+CONTINUE_PROMPT = "Continue exactly where your reply stopped, without repeating anything."
+CANCELLED_RESULT = "[Cancelled: the run was stopped before this tool finished]"
 
 
 class AgentLoop:
-    def __init__(self, provider: Provider, executor: ToolExecutor) -> None:
-        self._provider = provider
-        self._executor = executor
+    def __init__(
+        self,
+        provider: Provider,
+        executor: ToolExecutor,
+        *,
+        summarizer: Summarizer | None = None,
+        bus: EventBus | None = None,
+    ) -> None:
+        self.provider = provider
+        self.executor = executor
+        self.summarizer = summarizer
+        self.bus = bus
 
     async def run(
         self, spec: RunSpec, state: RunState, on_text: TextCallback | None = None
     ) -> RunState:
-        """Run until the model answers without tools or the iteration limit is hit.
-        `state.messages` must hold the new user message; it is extended in place."""
-        tools = {tool.name: tool for tool in spec.tools}
-        specs = tuple(tool_spec(tool) for tool in spec.tools)
+        """Run until the model answers. `state.messages` must hold the new user
+        message; it is extended in place."""
+        return await _Run(self, spec, state, on_text).go()
+
+
+class _Run:
+    def __init__(
+        self, loop: AgentLoop, spec: RunSpec, state: RunState, on_text: TextCallback | None
+    ) -> None:
+        self.loop, self.spec, self.state, self.on_text = loop, spec, state, on_text
+        self.events = RunEvents(loop.bus, spec.context.run_id, spec.context.conversation_key)
+        self.tools = {tool.name: tool for tool in spec.tools}
+        self.specs = tuple(tool_spec(tool) for tool in spec.tools)
+        self.history = list(spec.history)
+        self.view = list(state.messages)  # this run's messages as the model sees them
+        self.max_tokens = spec.max_tokens
+        self.calls = 0
+        self.pieces: list[str] = []  # a reply cut by max_tokens, being continued
+        self.paused: list[ChatMessage] = []  # a turn the API paused, being resumed
+        self.retried_context = self.retried_tool_cut = False
+        self.estimate_at_last_call = 0
+
+    async def go(self) -> RunState:
+        spec, state = self.spec, self.state
         while True:
-            if state.iterations >= spec.max_iterations:
-                state.hit_iteration_limit = True
-                state.final_text = _join(
-                    _last_assistant_text(state.messages),
-                    ITERATION_LIMIT_NOTE.format(n=spec.max_iterations),
-                )
-                log.warning(
-                    "run.iteration_limit run=%s limit=%d", spec.context.run_id, spec.max_iterations
-                )
-                return state
-            request = LLMRequest(
-                model=spec.model,
-                system=spec.system,
-                messages=_concat(spec.history, state.messages),
-                tools=specs,
-                max_tokens=spec.max_tokens,
-                temperature=spec.temperature,
-                timeout=spec.timeout,
-            )
-            started = time.perf_counter()
-            response = await self._provider.complete(request, on_text)
-            state.calls.append(
-                LLMCall(
-                    response.model or spec.model,
-                    response.usage,
-                    response.stop_reason,
-                    time.perf_counter() - started,
-                )
-            )
-            state.stop_reason = response.stop_reason
-            if response.content:
-                state.messages.append(ChatMessage("assistant", response.content))
-            if response.tool_uses and response.stop_reason == "tool_use":
-                results = await self._executor.run_all(response.tool_uses, tools, spec.context)
-                state.messages.append(ChatMessage("user", tuple(results)))
+            if self.calls >= spec.max_iterations:
+                return self._limit_reached()
+            wrap_up = self.calls == spec.max_iterations - 1 and self._awaiting_results()
+            await self._fit()
+            try:
+                response = await self._complete(wrap_up)
+            except ContextWindowExceeded as exc:
+                if self.retried_context:
+                    raise
+                await self._retry_compacted(str(exc))
                 continue
-            if response.stop_reason == "pause_turn":
-                continue  # the API paused a long turn; sending it back resumes it
-            state.final_text = _final_text(response)
-            return state
+            stop = state.stop_reason = response.stop_reason
+            if stop == "model_context_window_exceeded" and not self.retried_context:
+                await self._retry_compacted(stop)
+                continue
+            if wrap_up:
+                return self._finish(without_tools(response), limit=True)
+            if response.tool_uses and stop == "tool_use":
+                self._append(ChatMessage("assistant", response.content))
+                await self._execute(response)
+                await self._take_inbox()
+                continue
+            if response.tool_uses and stop == "max_tokens" and not self.retried_tool_cut:
+                self.retried_tool_cut = True  # the tool input was cut: retry with more room
+                self.max_tokens *= 2
+                self.events.emit("run.retrying", reason="max_tokens", detail="tool call cut")
+                continue
+            if stop == "max_tokens" and self.continuations_left() and response.text.strip():
+                self.pieces.append(response.text)
+                self.view += [assistant(response.text), user(CONTINUE_PROMPT)]
+                self.events.emit("run.retrying", reason="max_tokens", detail="continuing")
+                continue
+            if stop == "pause_turn":
+                if self._append(ChatMessage("assistant", response.content)):
+                    self.paused.append(self.view[-1])
+                continue
+            if not self.pieces and self.calls < spec.max_iterations and await self._take_inbox():
+                continue  # newer messages came in: answer them all instead
+            return self._finish(without_tools(response))
 
+    # -- steps --------------------------------------------------------------
 
-def _concat(history: Sequence[ChatMessage], new: Sequence[ChatMessage]) -> tuple[ChatMessage, ...]:
-    """History then this run's messages; a history ending with an unanswered user
-    message (a failed earlier run) is merged with the new one, so roles alternate."""
-    if history and new and history[-1].role == new[0].role == "user":
-        merged = ChatMessage("user", (*history[-1].content, *new[0].content))
-        return (*history[:-1], merged, *new[1:])
-    return (*history, *new)
+    async def _complete(self, wrap_up: bool) -> LLMResponse:
+        spec = self.spec
+        messages, history_end = concat(self.history, self.view)
+        volatile = "\n\n".join(p for p in (spec.volatile, WRAP_UP if wrap_up else "") if p)
+        request = LLMRequest(
+            model=spec.model,
+            system=spec.system,
+            messages=messages,
+            tools=self.specs,
+            max_tokens=self.max_tokens,
+            temperature=spec.temperature,
+            timeout=spec.timeout,
+            cache_min_tokens=spec.limits.min_cache_tokens,
+            history_end=history_end,
+            volatile=volatile,
+            tool_choice="none" if wrap_up and self.specs else None,
+        )
+        self.events.emit("activity", kind="thinking")
+        timer = Timer()
+        self.calls += 1
+        try:
+            response = await self.loop.provider.complete(request, self._chunk)
+        except ProviderError as exc:
+            self.state.spans.append(
+                Span(
+                    spec.span_kind,
+                    spec.model,
+                    timer.started_at,
+                    timer.ms,
+                    is_error=True,
+                    detail=type(exc).__name__,
+                )
+            )
+            raise
+        usage = response.usage
+        self.state.spans.append(
+            Span(
+                spec.span_kind,
+                response.model or spec.model,
+                timer.started_at,
+                timer.ms,
+                usage,
+                detail=response.stop_reason,
+            )
+        )
+        self.state.last_prompt_tokens = (
+            usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        )
+        self.estimate_at_last_call = self._estimate()
+        return response
 
+    async def _chunk(self, text: str) -> None:
+        self.events.emit("chunk", text=text)
+        if self.on_text is not None:
+            await self.on_text(text)
 
-def _final_text(response: LLMResponse) -> str:
-    text = response.text.strip()
-    if response.stop_reason == "refusal":
-        return text or REFUSAL_REPLY
-    if response.stop_reason in ("max_tokens", "model_context_window_exceeded"):
-        return _join(text, MAX_TOKENS_NOTE)
-    return text
+    async def _execute(self, response: LLMResponse) -> None:
+        calls = response.tool_uses
+        done: dict[str, ToolResultBlock] = {}
 
+        def finished(call: object, result: ToolResultBlock, span: Span) -> None:
+            done[result.tool_use_id] = result
+            self.state.spans.append(span)
+            self.events.emit(
+                "tool.result",
+                tool=span.name,
+                id=result.tool_use_id,
+                is_error=result.is_error,
+                duration_ms=span.duration_ms,
+            )
 
-def _last_assistant_text(messages: Sequence[ChatMessage]) -> str:
-    for message in reversed(messages):
-        if message.role == "assistant" and message.text.strip():
-            return message.text.strip()
-    return ""
+        def retrying(call: object, attempt: int, error: str) -> None:
+            self.events.emit("run.retrying", reason="tool", detail=error, attempt=attempt)
 
+        for call in calls:
+            self.events.emit("tool.call", tool=call.name, id=call.id)
+        self.events.emit("activity", kind="tool_exec")
+        try:
+            results = await self.loop.executor.run_all(
+                calls, self.tools, self.spec.context, on_done=finished, on_retry=retrying
+            )
+        except asyncio.CancelledError:
+            partial = tuple(
+                done.get(c.id) or ToolResultBlock(c.id, CANCELLED_RESULT, True) for c in calls
+            )
+            self._append(ChatMessage("user", partial))
+            raise
+        self._append(ChatMessage("user", tuple(results)))
 
-def _join(*parts: str) -> str:
-    return "\n\n".join(part for part in parts if part)
+    async def _take_inbox(self) -> bool:
+        """Add messages that arrived meanwhile to the last user message."""
+        if self.spec.inbox is None:
+            return False
+        arrived: Sequence[RunInput] = await self.spec.inbox()
+        if not arrived:
+            return False
+        blocks = tuple(b for i in arrived for b in i.blocks)
+        add_user_blocks(self.view, blocks)
+        add_user_blocks(self.state.messages, blocks)
+        at = len(self.state.messages) - 1
+        self.state.inputs.extend((at, i) for i in arrived)
+        log.info("run.joined run=%s messages=%d", self.spec.context.run_id, len(arrived))
+        return True
+
+    # -- context size -------------------------------------------------------
+
+    def _estimate(self) -> int:
+        spec = self.spec
+        return prompt_tokens(spec.system, (*self.history, *self.view), self.specs) + text_tokens(
+            spec.volatile
+        )
+
+    async def _fit(self) -> None:
+        """Prune old tool results past the prune threshold; compact past the
+        compaction threshold."""
+        limits = self.spec.limits
+        estimate = self._estimate()
+        if self.state.last_prompt_tokens:  # calibrate on what the API counted last time
+            estimate = max(
+                estimate, self.state.last_prompt_tokens + estimate - self.estimate_at_last_call
+            )
+        prune_at = int(limits.prune_threshold * limits.window)
+        if estimate > prune_at:
+            overhead = estimate - self._messages_size()
+            self._prune(prune_at - overhead)
+            estimate = overhead + self._messages_size()
+        if estimate > limits.compact_threshold * limits.window:
+            await self._compact()
+
+    def _messages_size(self) -> int:
+        return messages_tokens((*self.history, *self.view))
+
+    def _prune(self, budget: int) -> None:
+        combined = [*self.history, *self.view]
+        head = 2 if split_summary(combined)[0] is not None else 1
+        pruned = prune_tool_results(combined, budget, protect_head=head)
+        self.history, self.view = pruned[: len(self.history)], pruned[len(self.history) :]
+
+    async def _compact(self) -> None:
+        self.events.emit("activity", kind="compacting")
+        compacted = await compact_view(
+            [*self.history, *self.view], self.loop.summarizer, self.spec.limits.keep_last
+        )
+        self.state.spans.extend(compacted.spans)
+        self.state.compactions += 1
+        self.history, self.view = [], compacted.messages
+        self.estimate_at_last_call = 0
+        self.state.last_prompt_tokens = 0
+        log.info(
+            "run.compacted run=%s messages=%d%s",
+            self.spec.context.run_id,
+            len(compacted.messages),
+            f" (truncated: {compacted.error})" if compacted.error else "",
+        )
+
+    async def _retry_compacted(self, reason: str) -> None:
+        self.retried_context = True
+        self.events.emit("run.retrying", reason="context_window", detail=reason[:200])
+        await self._compact()
+        self._prune(0)  # whatever old tool output is left goes too
+
+    # -- endings ------------------------------------------------------------
+
+    def continuations_left(self) -> bool:
+        return len(self.pieces) < self.spec.max_continuations
+
+    def _awaiting_results(self) -> bool:
+        """Whether the model is about to read tool results (so it is mid-task)."""
+        last = self.view[-1] if self.view else None
+        return bool(
+            self.calls
+            and last is not None
+            and any(isinstance(b, ToolResultBlock) for b in last.content)
+        )
+
+    def _finish(self, response: LLMResponse, *, limit: bool = False) -> RunState:
+        state, stop = self.state, response.stop_reason
+        before = [m.text for m in self.paused]  # the resumed turn is one reply
+        paused = {id(m) for m in self.paused}
+        state.messages[:] = [m for m in state.messages if id(m) not in paused]
+        text = "".join([*before, *self.pieces, response.text])
+        joined = bool(self.pieces or self.paused)
+        content: tuple[Block, ...] = (TextBlock(text),) if joined else response.content
+        if content:
+            self._append(ChatMessage("assistant", content))
+        text = text.strip()
+        if limit:
+            state.hit_iteration_limit = True
+            log.warning(
+                "run.iteration_limit run=%s limit=%d",
+                self.spec.context.run_id,
+                self.spec.max_iterations,
+            )
+            state.final_text = join(text, ITERATION_LIMIT_NOTE.format(n=self.spec.max_iterations))
+        elif stop == "refusal":
+            log.warning("run.refusal run=%s", self.spec.context.run_id)
+            state.final_text = text or REFUSAL_REPLY
+        elif stop == "max_tokens":
+            state.final_text = join(text, MAX_TOKENS_NOTE)
+        elif stop == "model_context_window_exceeded":
+            state.final_text = join(text, CONTEXT_NOTE)
+        else:
+            state.final_text = text
+        return state
+
+    def _limit_reached(self) -> RunState:
+        self.state.hit_iteration_limit = True
+        note = ITERATION_LIMIT_NOTE.format(n=self.spec.max_iterations)
+        self.state.final_text = join(last_assistant_text(self.state.messages), note)
+        log.warning("run.iteration_limit run=%s", self.spec.context.run_id)
+        return self.state
+
+    def _append(self, message: ChatMessage) -> bool:
+        """Add a message to the run; blank text is left out (the API refuses it).
+        False when nothing was left to add."""
+        kept = tuple(b for b in message.content if not blank(b))
+        if not kept:
+            return False
+        if len(kept) != len(message.content):
+            message = ChatMessage(message.role, kept)
+        self.view.append(message)
+        self.state.messages.append(message)
+        return True

@@ -22,7 +22,7 @@ import email.utils
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never, cast
 
@@ -48,6 +48,7 @@ from bot.errors import (
     ProviderRateLimited,
     ProviderUnavailable,
 )
+from bot.llm.caching import breakpoints, is_blank
 from bot.llm.types import (
     Block,
     ChatMessage,
@@ -62,9 +63,6 @@ from bot.ports import TextCallback
 from bot.types import Usage
 
 log = logging.getLogger("switchboard.llm")
-
-MAX_CACHE_BREAKPOINTS = 4
-"""The API rejects a request with more blocks carrying `cache_control`."""
 
 _EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
 _ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
@@ -202,23 +200,19 @@ class ApiParams:
 def build_params(request: LLMRequest) -> ApiParams:
     """Map an `LLMRequest` to API parameters, placing cache breakpoints.
 
-    With `request.cache`, breakpoints go on the last tool, on each system block
-    marked `cache` (or the last system block when none is marked) and on the
-    last content block of the last message; the earliest system ones are
-    dropped if that would exceed the API's limit of four. Blank text blocks are
-    left out of messages (the API rejects them) unless a message would be empty.
+    With `request.cache`, breakpoint candidates are, by priority: the last
+    content block of the last message, the last block of the stored history
+    (`history_end`), the last tool, and each system block marked `cache` (or
+    the last system block when none is marked), latest first. A candidate whose
+    prefix (tools → system → messages) is estimated below `cache_min_tokens` is
+    dropped, as the API would not cache it; at most four are kept. `volatile`
+    text is appended to a final user message after its breakpoint. Blank text
+    blocks are left out of messages (the API rejects them) unless a message
+    would be empty.
     """
     system_blocks = [b for b in request.system if b.text.strip()]
     messages = [_clean(m) for m in request.messages]
-
-    cache_tool = request.cache and bool(request.tools)
-    cache_message = request.cache and _last_cacheable(messages) is not None
-    cached_system: set[int] = set()
-    if request.cache and system_blocks:
-        marked = [i for i, b in enumerate(system_blocks) if b.cache]
-        chosen = marked or [len(system_blocks) - 1]
-        room = MAX_CACHE_BREAKPOINTS - int(cache_tool) - int(cache_message)
-        cached_system = set(chosen[max(0, len(chosen) - room) :] if room > 0 else [])
+    points = breakpoints(request, system_blocks, messages) if request.cache else set()
 
     tools: list[ToolParam] = []
     for i, spec in enumerate(request.tools):
@@ -227,25 +221,26 @@ def build_params(request: LLMRequest) -> ApiParams:
             "description": spec.description,
             "input_schema": dict(spec.input_schema),
         }
-        if cache_tool and i == len(request.tools) - 1:
+        if ("tool", i, 0) in points:
             tool["cache_control"] = _EPHEMERAL
         tools.append(tool)
 
     system: list[TextBlockParam] = []
     for i, block in enumerate(system_blocks):
         param: TextBlockParam = {"type": "text", "text": block.text}
-        if i in cached_system:
+        if ("system", i, 0) in points:
             param["cache_control"] = _EPHEMERAL
         system.append(param)
 
-    cache_at = _last_cacheable(messages) if cache_message else None
     api_messages: list[MessageParam] = []
     for mi, message in enumerate(messages):
         content = [
-            _block_param(block, cache=(mi == len(messages) - 1 and bi == cache_at))
+            _block_param(block, cache=("message", mi, bi) in points)
             for bi, block in enumerate(message.content)
         ]
         if message.role == "user":
+            if mi == len(messages) - 1 and request.volatile.strip():
+                content.append({"type": "text", "text": request.volatile})
             api_messages.append({"role": "user", "content": content})
         else:
             api_messages.append({"role": "assistant", "content": content})
@@ -253,29 +248,16 @@ def build_params(request: LLMRequest) -> ApiParams:
     extra_body: dict[str, object] = {}
     if request.temperature is not None:
         extra_body["temperature"] = request.temperature
+    if request.tool_choice is not None and request.tools:
+        extra_body["tool_choice"] = {"type": request.tool_choice}
     return ApiParams(messages=api_messages, system=system, tools=tools, extra_body=extra_body)
 
 
-def _is_blank(block: Block) -> bool:
-    return isinstance(block, TextBlock) and not block.text.strip()
-
-
 def _clean(message: ChatMessage) -> ChatMessage:
-    kept = tuple(b for b in message.content if not _is_blank(b))
+    kept = tuple(b for b in message.content if not is_blank(b))
     if not kept or len(kept) == len(message.content):
         return message
     return ChatMessage(role=message.role, content=kept)
-
-
-def _last_cacheable(messages: Sequence[ChatMessage]) -> int | None:
-    """Index of the block of the last message that takes the breakpoint."""
-    if not messages:
-        return None
-    content = messages[-1].content
-    for i in range(len(content) - 1, -1, -1):
-        if not _is_blank(content[i]):
-            return i
-    return None
 
 
 def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:

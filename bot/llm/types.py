@@ -76,6 +76,16 @@ class LLMRequest:
     timeout: float | None = None
     cache: bool = True
     """Place prompt-cache breakpoints on the stable prefix (tools, system, history)."""
+    cache_min_tokens: int = 0
+    """The model's minimum cacheable prompt: no breakpoint where the prefix is shorter."""
+    history_end: int | None = None
+    """Index of the last message of the stored history (the boundary before this
+    run's messages): a second message breakpoint goes there when there is room."""
+    volatile: str = ""
+    """Text appended to the last user message after its cache breakpoint (the
+    current time, recalled memories): it changes every turn and is never cached."""
+    tool_choice: Literal["auto", "none"] | None = None
+    """"none": tools stay defined (the history may use them) but cannot be called."""
 
 
 StopReason = Literal[

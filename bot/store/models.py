@@ -308,3 +308,74 @@ class LinkCode(SQLModel, table=True):
     used_at: datetime | None = _ts_optional()
     used_by: str | None = Field(default=None, max_length=200)
     created_at: datetime = _ts()
+
+
+class ConversationSummary(SQLModel, table=True):
+    """A compaction of a conversation: messages with id <= `up_to_message_id` are
+    replaced, for the LLM, by `summary`. `kind` "truncation" is the fallback when
+    summarizing failed: the messages are dropped and the previous summary kept."""
+
+    __tablename__ = "conversation_summaries"
+
+    id: int | None = Field(default=None, primary_key=True)
+    conversation_id: int = Field(foreign_key="conversations.id", index=True)
+    up_to_message_id: int
+    summary: str = Field(default="", sa_type=Text)
+    kind: str = Field(default="summary", max_length=16)
+    messages: int = 0
+    """How many stored messages this compaction covered."""
+    run_id: str | None = Field(default=None, max_length=32)
+    model: str | None = Field(default=None, max_length=100)
+    error: str | None = Field(default=None, sa_type=Text)
+    created_at: datetime = _ts()
+
+
+class Memory(SQLModel, table=True):
+    """A durable fact about a user, saved by the agent. Full-text indexed outside
+    the models (migration 0003): FTS5 on SQLite, a GIN expression index on PostgreSQL."""
+
+    __tablename__ = "memories"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    text: str = Field(sa_type=Text)
+    conversation_id: int | None = Field(default=None, foreign_key="conversations.id")
+    run_id: str | None = Field(default=None, max_length=32)
+    created_at: datetime = _ts()
+
+
+class StoredToolResult(SQLModel, table=True):
+    """A tool result too large for the context, kept whole for `get_tool_result`."""
+
+    __tablename__ = "tool_results"
+
+    id: str = Field(primary_key=True, max_length=40)
+    conversation_id: int = Field(foreign_key="conversations.id", index=True)
+    run_id: str | None = Field(default=None, max_length=32)
+    tool_name: str = Field(max_length=128)
+    tool_use_id: str | None = Field(default=None, max_length=128)
+    content: str = Field(sa_type=Text)
+    chars: int = 0
+    created_at: datetime = _ts()
+
+
+class TraceSpan(SQLModel, table=True):
+    """One step of a run: an LLM call (kind "llm", name = model) or a tool call
+    (kind "tool", name = tool); internal turns ("compaction", "memory_flush")
+    are recorded under the run that triggered them."""
+
+    __tablename__ = "trace_spans"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=32, index=True)
+    kind: str = Field(max_length=16)
+    name: str = Field(max_length=128)
+    started_at: datetime = _ts()
+    duration_ms: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    is_error: bool = False
+    detail: str | None = Field(default=None, sa_type=Text)
+    """The stop reason of an LLM call; the error summary of a failed tool."""

@@ -30,6 +30,15 @@ consume a scripted reply); otherwise the next scripted reply (FIFO), or, when th
 empty, `responder(body)`, which by default echoes ``"echo: <last user text>"``. Replies are
 `MessageReply` / `ErrorReply` values made with the builders below, or plain strings (text).
 
+Prompt caching can be simulated (``simulate_cache=True``): the fake keeps the prefixes
+written at ``cache_control`` breakpoints (per model, no expiry) and reports
+``cache_read_input_tokens`` / ``cache_creation_input_tokens`` the way the API documents
+it — a breakpoint reads the longest cached prefix found at it or up to 20 blocks before
+it, a prefix shorter than `cache_min_tokens` is never cached, and what lies between the
+hit and the last breakpoint is written. Tokens are estimated (JSON characters / 4).
+``context_window=N`` rejects longer prompts with the API's "prompt is too long" error.
+A reply built with ``hold=threading.Event()`` is not answered until the event is set.
+
 Standalone: ``python -m tests.fakes.anthropic [--port N]`` serves until interrupted.
 """
 
@@ -49,6 +58,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
+
+from tests.fakes.prompt_cache import PromptCache
 
 log = logging.getLogger("tests.fakes.anthropic")
 
@@ -86,6 +97,8 @@ class MessageReply:
     stream_error: tuple[str, str] | None = None
     truncate: bool = False
     abort: bool = False
+    hold: threading.Event | None = None
+    """Answer only once this is set (the request stays open meanwhile)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +152,7 @@ def text_reply(
     delay: float = 0.0,
     chunk_size: int = 8,
     chunk_delay: float = 0.0,
+    hold: threading.Event | None = None,
 ) -> MessageReply:
     """A text answer; `stop_reason` may be e.g. "max_tokens", "refusal", "pause_turn"."""
     return MessageReply(
@@ -149,6 +163,7 @@ def text_reply(
         delay=delay,
         chunk_size=chunk_size,
         chunk_delay=chunk_delay,
+        hold=hold,
     )
 
 
@@ -312,8 +327,14 @@ def cache_breakpoints(body: Mapping[str, Any]) -> list[str]:
     return found
 
 
+CONTEXT_TAG = "<turn_context>"
+"""Switchboard appends per-turn context (time, memories) as a last text block
+starting with this tag; the echo leaves it out."""
+
+
 def last_user_text(body: Mapping[str, Any]) -> str:
-    """The text of the last user message (its tool results' text when it has no text)."""
+    """The text of the last user message (its tool results' text when it has no
+    text), without a trailing turn-context block."""
     for msg in reversed(_blocks(body.get("messages"))):
         if msg.get("role") != "user":
             continue
@@ -321,7 +342,11 @@ def last_user_text(body: Mapping[str, Any]) -> str:
         if isinstance(content, str):
             return content
         blocks = _blocks(content)
-        texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+        texts = [
+            b.get("text", "")
+            for b in blocks
+            if b.get("type") == "text" and not str(b.get("text", "")).startswith(CONTEXT_TAG)
+        ]
         if not texts:
             texts = [str(b.get("content", "")) for b in blocks if b.get("type") == "tool_result"]
         return "\n".join(texts)
@@ -470,10 +495,17 @@ class FakeAnthropic:
         api_key: str | None = None,
         validate: bool = True,
         port: int = 0,
+        simulate_cache: bool = False,
+        cache_min_tokens: int = 1024,
+        context_window: int | None = None,
     ) -> None:
         self.responder: Responder = responder or echo_responder
         self.expected_api_key = api_key
         self.validate = validate
+        self.simulate_cache = simulate_cache
+        self.cache_min_tokens = cache_min_tokens
+        self.context_window = context_window
+        self._cache = PromptCache()
         self._port = port
         self._lock = threading.Lock()
         self._script: deque[ScriptItem] = deque()
@@ -514,10 +546,11 @@ class FakeAnthropic:
             return self._requests[-1]
 
     def reset(self) -> None:
-        """Forget recorded requests and scripted replies."""
+        """Forget recorded requests, scripted replies and the simulated cache."""
         with self._lock:
             self._requests.clear()
             self._script.clear()
+            self._cache.clear()
 
     async def wait_for_requests(self, count: int, seconds: float = 5.0) -> list[RecordedRequest]:
         """Wait (without blocking the event loop) until `count` requests have arrived."""
@@ -664,6 +697,12 @@ class FakeAnthropic:
             return self._error(400, "invalid_request_error", "request body must be a JSON object")
         if self.validate and (problem := validate_request(record.json, count_tokens=count_tokens)):
             return self._error(400, "invalid_request_error", problem)
+        if self.context_window is not None and not count_tokens:
+            body = record.json
+            size = estimate_tokens([body.get("system"), body.get("messages"), body.get("tools")])
+            if size > self.context_window:
+                message = f"prompt is too long: {size} tokens > {self.context_window} maximum"
+                return self._error(400, "invalid_request_error", message)
         return None
 
     def _error(
@@ -697,14 +736,18 @@ class FakeAnthropic:
             await asyncio.sleep(reply.delay)
         if isinstance(reply, ErrorReply):
             return self._error(reply.status, reply.error_type, reply.message, reply.headers)
+        if reply.hold is not None:  # a thread waits, so the event may be set from anywhere
+            await asyncio.get_running_loop().run_in_executor(None, reply.hold.wait, 60.0)
+        usage = self._usage(body, reply)
         if not body.get("stream"):
             if reply.stream_error is not None:
                 etype, message = reply.stream_error
                 return self._error(STATUS_FOR_TYPE.get(etype, 500), etype, message)
             return web.json_response(
-                self._message(body, reply, final=True), headers={"request-id": _request_id()}
+                self._message(body, reply, usage, final=True),
+                headers={"request-id": _request_id()},
             )
-        return await self._stream(request, body, reply)
+        return await self._stream(request, body, reply, usage)
 
     async def _handle_count_tokens(self, request: web.Request) -> web.Response:
         record = await self._record(request)
@@ -721,9 +764,19 @@ class FakeAnthropic:
     # -- building answers --
 
     def _usage(self, body: Mapping[str, Any], reply: MessageReply) -> dict[str, int]:
+        """The reply's usage (computed once per request: it updates the simulated cache)."""
         u = reply.usage
         prompt = [body.get("system"), body.get("messages"), body.get("tools")]
         output = [b.get("text") or b.get("input") for b in reply.content]
+        scripted = u.input_tokens is not None or u.cache_read_input_tokens
+        if self.simulate_cache and not scripted and not u.cache_creation_input_tokens:
+            fresh, read, written = self._cache.usage(body, self.cache_min_tokens)
+            return {
+                "input_tokens": fresh,
+                "output_tokens": _given(u.output_tokens, estimate_tokens(output)),
+                "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": read,
+            }
         return {
             "input_tokens": _given(u.input_tokens, estimate_tokens(prompt)),
             "output_tokens": _given(u.output_tokens, estimate_tokens(output)),
@@ -732,9 +785,9 @@ class FakeAnthropic:
         }
 
     def _message(
-        self, body: Mapping[str, Any], reply: MessageReply, *, final: bool
+        self, body: Mapping[str, Any], reply: MessageReply, usage: dict[str, int], *, final: bool
     ) -> dict[str, Any]:
-        usage = self._usage(body, reply)
+        usage = dict(usage)
         if not final:
             usage["output_tokens"] = 1
         return {
@@ -748,9 +801,11 @@ class FakeAnthropic:
             "usage": usage,
         }
 
-    def _events(self, body: Mapping[str, Any], reply: MessageReply) -> list[dict[str, Any]]:
+    def _events(
+        self, body: Mapping[str, Any], reply: MessageReply, usage: dict[str, int]
+    ) -> list[dict[str, Any]]:
         """The SSE events of `reply`, in the real API's order; each has its name in "type"."""
-        events = [_event("message_start", message=self._message(body, reply, final=False))]
+        events = [_event("message_start", message=self._message(body, reply, usage, final=False))]
         for index, block in enumerate(reply.content):
             if block.get("type") == "tool_use":
                 start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
@@ -770,11 +825,15 @@ class FakeAnthropic:
         if reply.truncate:
             return events
         delta = {"stop_reason": reply.stop_reason, "stop_sequence": None}
-        usage = {"output_tokens": self._usage(body, reply)["output_tokens"]}
-        return [*events, _event("message_delta", delta=delta, usage=usage), _event("message_stop")]
+        final = {"output_tokens": usage["output_tokens"]}
+        return [*events, _event("message_delta", delta=delta, usage=final), _event("message_stop")]
 
     async def _stream(
-        self, request: web.Request, body: Mapping[str, Any], reply: MessageReply
+        self,
+        request: web.Request,
+        body: Mapping[str, Any],
+        reply: MessageReply,
+        usage: dict[str, int],
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={
@@ -785,7 +844,7 @@ class FakeAnthropic:
         )
         await response.prepare(request)
         try:
-            for event in self._events(body, reply):
+            for event in self._events(body, reply, usage):
                 payload = json.dumps(event, separators=(",", ":"))
                 await response.write(f"event: {event['type']}\ndata: {payload}\n\n".encode())
                 if reply.chunk_delay:

@@ -1,0 +1,164 @@
+"""In-process publish/subscribe of what runs are doing.
+
+The agent loop and the pipeline publish `Event`s; subscribers (adapters showing
+typing indicators or streaming text, tests waiting for a step) read them from a
+`Subscription`, an async iterator over a bounded queue. Publishing never blocks
+and never fails: a subscriber that falls behind loses its oldest events (the
+count is kept in `Subscription.dropped`), so a slow reader cannot stall a run.
+
+Event types and their `data`:
+- ``run.started``: source, model, inputs (number of messages answered)
+- ``activity``: kind = "thinking" | "tool_exec" | "compacting"
+- ``chunk``: text (a streamed piece of the model's reply; may be discarded later)
+- ``tool.call``: tool, id
+- ``tool.result``: tool, id, is_error, duration_ms
+- ``run.retrying``: reason ("context_window", "max_tokens", "tool"), detail
+- ``run.completed``: status ("completed" | "silent"), iterations, tokens
+- ``run.failed``: error
+- ``run.cancelled``: reason ("stop" | "timeout" | "shutdown")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal, Self, get_args
+
+from bot.types import utcnow
+
+log = logging.getLogger("switchboard.events")
+
+EventType = Literal[
+    "run.started",
+    "activity",
+    "chunk",
+    "tool.call",
+    "tool.result",
+    "run.retrying",
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+]
+EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: EventType
+    run_id: str
+    conversation_key: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    at: datetime = field(default_factory=utcnow)
+
+
+class Subscription:
+    """Events matching a filter, in publication order. Use as an async context
+    manager (unsubscribes on exit) and iterate, or call `next()`."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        conversation_key: str | None,
+        types: Collection[str] | None,
+        maxsize: int,
+    ) -> None:
+        self._bus = bus
+        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
+        self.conversation_key = conversation_key
+        self.types = frozenset(types) if types is not None else None
+        self.dropped = 0
+
+    def wants(self, event: Event) -> bool:
+        if self.conversation_key is not None and event.conversation_key != self.conversation_key:
+            return False
+        return self.types is None or event.type in self.types
+
+    def offer(self, event: Event) -> None:
+        if self._queue.full():
+            self._queue.get_nowait()
+            self.dropped += 1
+        self._queue.put_nowait(event)
+
+    async def next(self) -> Event:
+        return await self._queue.get()
+
+    def pending(self) -> list[Event]:
+        """Events already received and not read yet (consumed by this call)."""
+        events = []
+        while not self._queue.empty():
+            events.append(self._queue.get_nowait())
+        return events
+
+    def close(self) -> None:
+        self._bus.unsubscribe(self)
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Event]:
+        while True:
+            yield await self._queue.get()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._subscriptions: list[Subscription] = []
+
+    def subscribe(
+        self,
+        *,
+        conversation_key: str | None = None,
+        types: Collection[str] | None = None,
+        maxsize: int = 1000,
+    ) -> Subscription:
+        """Events of one conversation (or all), of some types (or all)."""
+        if types is not None and (unknown := set(types) - EVENT_TYPES):
+            raise ValueError(f"unknown event types: {', '.join(sorted(unknown))}")
+        subscription = Subscription(self, conversation_key, types, maxsize)
+        self._subscriptions.append(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        if subscription in self._subscriptions:
+            self._subscriptions.remove(subscription)
+
+    def publish(self, event: Event) -> None:
+        for subscription in list(self._subscriptions):
+            if subscription.wants(event):
+                subscription.offer(event)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscriptions)
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvents:
+    """A publisher bound to one run."""
+
+    bus: EventBus | None
+    run_id: str
+    conversation_key: str
+
+    def emit(self, type: EventType, **data: Any) -> None:
+        if self.bus is None:
+            return
+        try:
+            self.bus.publish(Event(type, self.run_id, self.conversation_key, data))
+        except Exception:  # a broken subscriber must not break the run
+            log.exception("event.publish_failed type=%s run=%s", type, self.run_id)

@@ -1,0 +1,67 @@
+"""Spans: what each step of a run cost and how long it took.
+
+A run records one span per LLM call (model, tokens, stop reason, duration) and
+one per tool call (name, error flag, duration); internal turns triggered by a
+run (memory flush, compaction) add theirs under the same run id. Spans are kept
+in the `RunState` while the run goes on and stored with the turn
+(`trace_spans`); `switchboard trace show RUN_ID` prints them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from bot.store.models import TraceSpan
+from bot.types import Usage, utcnow
+
+SpanKind = Literal["llm", "tool", "compaction", "memory_flush"]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    kind: SpanKind
+    name: str
+    """The model of an LLM call, the tool of a tool call."""
+    started_at: datetime
+    duration_ms: int
+    usage: Usage = field(default_factory=Usage)
+    is_error: bool = False
+    detail: str | None = None
+    """LLM: the stop reason (or the error); tool: the error summary."""
+
+    @property
+    def model(self) -> str:
+        return self.name
+
+
+@dataclass(slots=True)
+class Timer:
+    started_at: datetime = field(default_factory=utcnow)
+    _t0: float = field(default_factory=time.perf_counter)
+
+    @property
+    def ms(self) -> int:
+        return round((time.perf_counter() - self._t0) * 1000)
+
+
+def span_rows(run_id: str, spans: Iterable[Span]) -> list[TraceSpan]:
+    return [
+        TraceSpan(
+            run_id=run_id,
+            kind=s.kind,
+            name=s.name[:128],
+            started_at=s.started_at,
+            duration_ms=s.duration_ms,
+            input_tokens=s.usage.input_tokens,
+            output_tokens=s.usage.output_tokens,
+            cache_read_tokens=s.usage.cache_read_tokens,
+            cache_write_tokens=s.usage.cache_write_tokens,
+            is_error=s.is_error,
+            detail=s.detail,
+        )
+        for s in spans
+    ]

@@ -1,0 +1,65 @@
+"""Token estimates without a tokenizer: about four characters a token, plus the
+structure the API wraps around each block. Used to place cache breakpoints,
+to decide when to prune or compact a history, and by the benchmarks; actual
+counts come back in each response's usage and are preferred when known."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+from bot.llm.types import (
+    Block,
+    ChatMessage,
+    ImageBlock,
+    SystemBlock,
+    TextBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
+
+CHARS_PER_TOKEN = 4
+IMAGE_TOKENS = 1600
+"""An image of unknown size: the API charges about (width × height) / 750."""
+_TEXT_OVERHEAD = 30  # characters of {"type": "text", "text": ...}
+_TOOL_OVERHEAD = 80  # ids and type tags of tool_use / tool_result
+_MESSAGE_OVERHEAD = 20
+
+
+def text_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def block_tokens(block: Block) -> int:
+    if isinstance(block, TextBlock):
+        return text_tokens(block.text) + _TEXT_OVERHEAD // CHARS_PER_TOKEN
+    if isinstance(block, ImageBlock):
+        return IMAGE_TOKENS
+    if isinstance(block, ToolUseBlock):
+        payload = block.name + json.dumps(dict(block.input), ensure_ascii=False, default=str)
+        return text_tokens(payload) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
+    return text_tokens(block.content) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
+
+
+def message_tokens(message: ChatMessage) -> int:
+    return _MESSAGE_OVERHEAD // CHARS_PER_TOKEN + sum(block_tokens(b) for b in message.content)
+
+
+def messages_tokens(messages: Iterable[ChatMessage]) -> int:
+    return sum(message_tokens(m) for m in messages)
+
+
+def tool_tokens(spec: ToolSpec) -> int:
+    schema = json.dumps(dict(spec.input_schema), ensure_ascii=False, default=str)
+    return text_tokens(spec.name + spec.description + schema) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
+
+
+def system_tokens(blocks: Sequence[SystemBlock]) -> int:
+    return sum(text_tokens(b.text) + _TEXT_OVERHEAD // CHARS_PER_TOKEN for b in blocks)
+
+
+def prompt_tokens(
+    system: Sequence[SystemBlock], messages: Iterable[ChatMessage], tools: Sequence[ToolSpec]
+) -> int:
+    """The estimated input of one request."""
+    return sum(tool_tokens(t) for t in tools) + system_tokens(system) + messages_tokens(messages)

@@ -1,0 +1,137 @@
+"""Long-term memories, per user, with full-text search.
+
+The same code runs on both databases: SQLite searches the FTS5 table
+`memories_fts` (kept in step with `memories` by triggers), PostgreSQL a GIN
+index on ``to_tsvector('simple', text)``; both are created by migration 0003.
+A query is split into words, each matched as a prefix (so "deploy" finds
+"deployment"), any word may match, and results are ranked (bm25 / ts_rank).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, text
+from sqlmodel import col, select
+
+from bot.store import Store
+from bot.store.models import Memory
+
+MAX_MEMORY_CHARS = 2000
+MAX_QUERY_TERMS = 16
+_STOPWORDS = """
+a an and are as at be but by can could did do does for from had has have he her his how
+i if in into is it its me my no not of on or our she so that the their them then there
+these they this to was we were what when where which who why will with would you your
+yours please tell know about just like want need get
+"""
+STOPWORDS = frozenset(re.findall(r"\w+", _STOPWORDS))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    id: int
+    text: str
+    created_at: datetime
+
+    def line(self) -> str:
+        return f"#{self.id} ({self.created_at:%Y-%m-%d}): {self.text}"
+
+
+def search_terms(query: str) -> list[str]:
+    """Distinct lower-case words worth searching for, in order."""
+    terms: list[str] = []
+    for word in re.findall(r"\w+", query.lower()):
+        word = word.strip("_")
+        if len(word) >= 2 and word not in STOPWORDS and word not in terms:
+            terms.append(word)
+    return terms[:MAX_QUERY_TERMS]
+
+
+def _record(row: Memory) -> MemoryRecord:
+    assert row.id is not None
+    return MemoryRecord(row.id, row.text, row.created_at)
+
+
+class MemoryStore:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def save(
+        self,
+        user_id: int,
+        content: str,
+        *,
+        conversation_id: int | None = None,
+        run_id: str | None = None,
+    ) -> tuple[MemoryRecord, bool]:
+        """Store a memory; (record, False) when the same text is already stored."""
+        content = " ".join(content.split())
+        if not content:
+            raise ValueError("a memory needs some text")
+        if len(content) > MAX_MEMORY_CHARS:
+            raise ValueError(f"a memory is at most {MAX_MEMORY_CHARS:,} characters")
+        async with self._store.write() as session:
+            existing = (
+                await session.exec(
+                    select(Memory).where(Memory.user_id == user_id, Memory.text == content)
+                )
+            ).first()
+            if existing is not None:
+                return _record(existing), False
+            row = Memory(
+                user_id=user_id, text=content, conversation_id=conversation_id, run_id=run_id
+            )
+            session.add(row)
+            await session.flush()
+            return _record(row), True
+
+    async def get(self, user_id: int, memory_id: int) -> MemoryRecord | None:
+        async with self._store.read() as session:
+            row = await session.get(Memory, memory_id)
+        return _record(row) if row is not None and row.user_id == user_id else None
+
+    async def search(self, user_id: int, query: str, limit: int = 5) -> list[MemoryRecord]:
+        """The user's memories best matching any word of `query`, best first."""
+        terms = search_terms(query)
+        if not terms or limit <= 0:
+            return []
+        if self._store.is_sqlite:
+            statement = text(
+                "SELECT memories.id FROM memories_fts JOIN memories "
+                "ON memories.id = memories_fts.rowid "
+                "WHERE memories_fts MATCH :q AND memories.user_id = :user_id "
+                "ORDER BY bm25(memories_fts), memories.id DESC LIMIT :limit"
+            )
+            q = " OR ".join(f'"{term}"*' for term in terms)
+        else:
+            statement = text(
+                "SELECT id FROM memories WHERE user_id = :user_id "
+                "AND to_tsvector('simple', text) @@ to_tsquery('simple', :q) "
+                "ORDER BY ts_rank(to_tsvector('simple', text), to_tsquery('simple', :q)) DESC, "
+                "id DESC LIMIT :limit"
+            )
+            q = " | ".join(f"'{term}':*" for term in terms)
+        async with self._store.read() as session:
+            connection = await session.connection()
+            result = await connection.execute(
+                statement, {"q": q, "user_id": user_id, "limit": limit}
+            )
+            ids = [int(row[0]) for row in result]
+            if not ids:
+                return []
+            rows = (await session.exec(select(Memory).where(col(Memory.id).in_(ids)))).all()
+        by_id = {row.id: row for row in rows}
+        return [_record(by_id[i]) for i in ids if i in by_id]
+
+    async def count(self, user_id: int) -> int:
+        async with self._store.read() as session:
+            return int(
+                (
+                    await session.exec(
+                        select(func.count()).select_from(Memory).where(Memory.user_id == user_id)
+                    )
+                ).one()
+            )

@@ -1,0 +1,186 @@
+"""Context benchmark (`make bench`): prompt tokens per turn over a long scripted
+conversation with tool results, managed vs. a naive "send everything" baseline,
+and the share of input served from the prompt cache. Prints figures; asserts
+nothing.
+
+Both runs go through the real pipeline and the real anthropic SDK against the
+fake Messages API, which simulates prompt caching (prefixes written at
+breakpoints, read back within the 20-block lookback; tokens estimated as JSON
+characters / 4). Each turn: a question, a `search` tool call (results of
+1,200–1,800 characters, every seventh one 20,000) and an answer.
+
+- managed: the default `[agent]` settings (history of the last turns, pruning,
+  compaction after 50 messages with a memory flush, large results stored).
+- naive: every message ever sent, whole tool results, no compaction; shown with
+  the same cache breakpoints, and priced as if nothing were cached.
+
+    python -m tests.benchmarks.context [--turns 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import col, select
+
+from bot.app import App
+from bot.config import Secrets, Settings
+from bot.pricing import estimate_cost
+from bot.store.models import TokenLog
+from bot.types import IncomingMessage, Reply, Target, Usage
+from tests.fakes.anthropic import FakeAnthropic
+from tests.scripted import ScriptedModel, SearchTool, question
+
+KEY = "sk-ant-bench"
+WINDOW = 200_000
+"""The real context window: the naive run is not held to it, to show the growth."""
+NAIVE: dict[str, Any] = {
+    "history_step": 1,
+    "prune_threshold": 1.0,
+    "compact_threshold": 1.0,
+    "compact_messages": 10**9,
+    "tool_result_max_chars": 10**9,
+    "memory_flush": False,
+    "models": {"claude-sonnet-5-5": {"context_window": 10**9, "min_cache_tokens": 1024}},
+}
+
+
+class NullAdapter:
+    platform = "bench"
+
+    async def start(self, core: object) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(self, reply: Reply) -> list[str]:
+        return []
+
+    async def show_typing(self, target: Target) -> None: ...
+
+
+@dataclass
+class Figures:
+    per_turn: list[int]
+    """Prompt tokens (fresh + cache read + cache write) of each turn's LLM calls."""
+    chat: Usage
+    internal: Usage
+    """Summaries and memory flushes."""
+    cost: float
+    cost_uncached: float
+
+
+async def run(turns: int, agent: dict[str, Any], history_turns: int) -> Figures:
+    with tempfile.TemporaryDirectory() as tmp:
+        async with FakeAnthropic(api_key=KEY, simulate_cache=True) as fake:
+            fake.responder = ScriptedModel()
+            settings = Settings.model_validate(
+                {
+                    "database": {"url": f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"},
+                    "llm": {"base_url": fake.base_url, "history_turns": history_turns},
+                    "agent": agent,
+                    "budgets": {"guest": "unlimited"},
+                    "logging": {"level": "WARNING"},
+                }
+            )
+            app = App(settings, Secrets(anthropic_api_key=KEY), extra_tools=(SearchTool(),))  # type: ignore[arg-type]
+            await app.open()
+            app.attach(NullAdapter())
+            try:
+                for turn in range(turns):
+                    msg = IncomingMessage(
+                        platform="bench",
+                        platform_user_id="alice",
+                        platform_channel_id="room",
+                        text=question(turn),
+                    )
+                    outcome = await app.pipeline.handle(msg)
+                    if outcome.status != "answered":
+                        raise SystemExit(f"turn {turn}: {outcome.status}")
+                    await app.pipeline.idle()
+                async with app.store.read() as session:
+                    logs = (await session.exec(select(TokenLog).order_by(col(TokenLog.id)))).all()
+            finally:
+                await app.close()
+    prices = settings.llm.prices
+    by_run: dict[str, int] = defaultdict(int)
+    chat, internal = Usage(), Usage()
+    cost = uncached = 0.0
+    for log in logs:
+        usage = Usage(
+            log.input_tokens, log.output_tokens, log.cache_read_tokens, log.cache_write_tokens
+        )
+        cost += estimate_cost(log.model, usage, prices)
+        flat = Usage(
+            usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens,
+            usage.output_tokens,
+        )
+        uncached += estimate_cost(log.model, flat, prices)
+        if log.purpose == "chat":
+            chat = chat + usage
+            by_run[log.run_id or ""] += flat.input_tokens
+        else:
+            internal = internal + usage
+    return Figures(list(by_run.values()), chat, internal, cost, uncached)
+
+
+def prompt(usage: Usage) -> int:
+    return usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+
+
+def report(turns: int, managed: Figures, naive: Figures) -> None:
+    def row(label: str, a: str, b: str) -> None:
+        print(f"  {label:<34}{a:>16}{b:>22}")
+
+    def stats(values: list[int]) -> tuple[str, str, str, str]:
+        ordered = sorted(values)
+        return (
+            f"{statistics.mean(values):,.0f}",
+            f"{statistics.median(values):,.0f}",
+            f"{ordered[-1]:,}",
+            f"{values[-1]:,}",
+        )
+
+    print(f"context: {turns} turns, each a tool call and an answer (prompt tokens, estimated)")
+    row("", "managed", "naive (send all)")
+    for label, a, b in zip(
+        ("per turn: mean", "per turn: median", "per turn: max", "last turn"),
+        stats(managed.per_turn),
+        stats(naive.per_turn),
+        strict=True,
+    ):
+        row(label, a, b)
+    row("total prompt tokens (chat)", f"{prompt(managed.chat):,}", f"{prompt(naive.chat):,}")
+    share = managed.chat.cache_read_tokens / max(1, prompt(managed.chat))
+    naive_share = naive.chat.cache_read_tokens / max(1, prompt(naive.chat))
+    row("served from cache", f"{share:.1%}", f"{naive_share:.1%} (if cached)")
+    row("summaries + flushes (prompt)", f"{prompt(managed.internal):,}", "-")
+    row("estimated cost, USD", f"{managed.cost:.4f}", f"{naive.cost_uncached:.4f} (uncached)")
+    row("", "", f"{naive.cost:.4f} (if cached)")
+    over = [sum(1 for t in f.per_turn if t > WINDOW) for f in (managed, naive)]
+    row(f"turns over a {WINDOW:,}-token window", f"{over[0]}", f"{over[1]}")
+    ratio = prompt(naive.chat) / max(1, prompt(managed.chat))
+    print(f"  naive sends {ratio:.1f}x the prompt tokens of managed over {turns} turns")
+
+
+async def main_async(turns: int) -> None:
+    managed = await run(turns, {}, history_turns=20)
+    naive = await run(turns, NAIVE, history_turns=10**6)
+    report(turns, managed, naive)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--turns", type=int, default=200)
+    args = parser.parse_args()
+    asyncio.run(main_async(args.turns))
+
+
+if __name__ == "__main__":
+    main()
