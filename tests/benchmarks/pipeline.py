@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import secrets
 import statistics
 import tempfile
 import time
@@ -28,6 +29,8 @@ from bot.config import Secrets, Settings
 from bot.llm.types import LLMRequest, LLMResponse, TextBlock
 from bot.ports import TextCallback
 from bot.types import IncomingMessage, Reply, Target, Usage
+
+RUN = secrets.token_hex(4)
 
 
 @dataclass
@@ -67,14 +70,14 @@ class NullAdapter:
     async def show_typing(self, target: Target) -> None: ...
 
 
-def msg(i: int, conversation: int) -> IncomingMessage:
+def msg(i: int, conversation: int, mode: str = "seq") -> IncomingMessage:
     return IncomingMessage(
         platform="bench",
-        platform_user_id=f"user{conversation}",
-        platform_channel_id=f"chan{conversation}",
+        platform_user_id=f"{mode}-user{conversation}",
+        platform_channel_id=f"{RUN}-{mode}-chan{conversation}",
         text=f"message number {i}",
         platform_message_id=str(i),
-        event_id=f"ev{i}",
+        event_id=f"{RUN}:{mode}:{i}",  # unique even when a database is reused
     )
 
 
@@ -117,12 +120,18 @@ async def sequential(url: str, n: int, conversations: int) -> None:
 async def concurrent(url: str, conversations: int) -> None:
     app, adapter = await open_app(url, 1.0)
     started = time.perf_counter()
-    outcomes = await asyncio.gather(*(app.pipeline.handle(msg(i, i)) for i in range(conversations)))
+    outcomes = await asyncio.gather(
+        *(app.pipeline.handle(msg(i, i, "conc")) for i in range(conversations))
+    )
     elapsed = time.perf_counter() - started
     await app.close()
     answered = sum(o.status == "answered" for o in outcomes)
+    others = sorted({o.status for o in outcomes} - {"answered"})
     print(f"concurrent: {conversations} conversations, provider sleeping 1 s each")
-    print(f"  wall time    {elapsed:8.2f} s  ({answered} answered, {adapter.sent} sent)")
+    print(
+        f"  wall time    {elapsed:8.2f} s  ({answered} answered, {adapter.sent} sent)"
+        + (f"; other outcomes: {', '.join(others)}" if others else "")
+    )
     print(f"  peak RSS     {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")
 
 
