@@ -7,6 +7,7 @@ import re
 import pytest
 
 from adapters.discord.render import LIMIT, render
+from tests.long_reply import make_reply, squash
 
 ZWSP = "\u200b"
 
@@ -108,62 +109,13 @@ def test_mentions_never_ping(markdown: str, expected: str) -> None:
 
 
 def test_deterministic() -> None:
-    reply, _, _ = make_reply()
+    reply, _, _ = make_reply(WORDS)
     assert render(reply) == render(reply)
 
 
 # -------------------------------------------------------------- a long reply
 
-WORDS = [
-    "alpha",
-    "a<b",
-    "x>y",
-    "R&D",
-    "🎉",
-    "👨‍👩‍👧",
-    "naïve",
-    "日本語",
-    "a_b",
-    "<@123>",
-    "@everyone",
-]
-
-
-def make_reply() -> tuple[str, str, list[str]]:
-    """A long reply: (markdown, its visible text, its code blocks)."""
-    md: list[str] = []
-    text: list[str] = []
-    codes: list[str] = []
-
-    def para(n: int, seed: int) -> None:
-        words = [WORDS[(seed + k) % len(WORDS)] for k in range(n)]
-        md.append(" ".join(words))
-        text.append(" ".join(words))
-
-    def code(lines: int, lang: str) -> None:
-        body = "\n".join(f"    if a{i} < b && c > d:  # 👨‍👩‍👧 <{i}>" for i in range(lines))
-        md.append(f"```{lang}\n{body}\n```")
-        text.append(body)
-        codes.append(body)
-
-    for seed in range(4):
-        para(40, seed)
-    code(10, "python")
-    para(30, 7)
-    code(160, "")  # ~7,000 characters: longer than any platform's limit
-    words = [WORDS[k % len(WORDS)] for k in range(900)]
-    md.append(
-        " ".join(words[:100]) + " **" + " ".join(words[100:800]) + "** " + " ".join(words[800:])
-    )
-    text.append(" ".join(words))  # one ~5,000 character paragraph with a long bold run
-    code(3, "js")
-    for seed in range(3):
-        para(50, seed + 3)
-    return "\n\n".join(md), "\n".join(text), codes
-
-
-def squash(text: str) -> str:
-    return "".join(text.split())
+WORDS = ("a_b", "<@123>", "@everyone")
 
 
 def unescape(text: str) -> str:
@@ -174,7 +126,7 @@ FENCE = re.compile(r"```(\w*)\n(.*?)\n```", re.S)
 
 
 def test_long_reply() -> None:
-    reply, expected, codes = make_reply()
+    reply, expected, codes = make_reply(WORDS)
     assert len(reply) > 10_000
     chunks = render(reply)
     assert len(chunks) >= 6
