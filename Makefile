@@ -25,13 +25,15 @@ test: $(STAMP)  ## import contract + the whole test suite
 	$(BIN)/lint-imports
 	$(BIN)/pytest $(ARGS)
 
-lint: $(STAMP)  ## ruff + mypy --strict on the core
+lint: $(STAMP)  ## ruff + mypy --strict on the core + import contracts (layers, no cycles)
 	$(BIN)/ruff check bot adapters migrations tests
 	$(BIN)/mypy --strict bot
+	$(BIN)/lint-imports
 
 bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.pipeline $(ARGS)
 	$(BIN)/python -m tests.benchmarks.context
+	$(BIN)/python -m tests.benchmarks.load
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

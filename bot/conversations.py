@@ -9,18 +9,31 @@ is read fresh with the history, in the same statement batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.agent.history import HistoryRow
 from bot.store import Store
 from bot.store.models import Conversation, ConversationSummary, Message
 from bot.types import IncomingMessage, conversation_key
 
 CACHE_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """The fields of a stored message that matter for the LLM."""
+
+    role: str
+    text: str
+    tool_use_id: str | None = None
+    tool_name: str | None = None
+    data: dict[str, Any] | None = None
+    is_error: bool = False
+    id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,11 @@ class StartupError(BotError):
     """The service cannot start (database unreachable, migration failed, ...)."""
 
 
+class ShuttingDown(BotError):
+    """The service is stopping and takes no new messages (the platform keeps
+    them for the next process)."""
+
+
 class BudgetExceeded(BotError):
     """The user's token allowance for this period is spent."""
 

@@ -39,7 +39,7 @@ class PersonaFile(BaseModel):
     prompt: str | None = None
     prompt_file: str | None = None
     heartbeat_minutes: float | None = Field(default=None, ge=1)
-    """Wake up this often in active conversations (see `bot.heartbeat`)."""
+    """Wake up this often in active conversations (see `bot.scheduling.heartbeat`)."""
     heartbeat_prompt: str | None = None
     """The heartbeat's instruction; default: follow up if needed, else NO_REPLY."""
 

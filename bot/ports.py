@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from bot.llm.types import LLMRequest, LLMResponse
+from bot.llm.types import LLMRequest, LLMResponse, TextCallback
 
 if TYPE_CHECKING:
     from aiohttp import web
-from bot.types import ChatType, IncomingMessage, Outcome, Reply, Role, Target
+from bot.types import ChatType, IncomingMessage, Outcome, Reply, Role, Target, Usage
 
-TextCallback = Callable[[str], Awaitable[None]]
+log = logging.getLogger("switchboard.intake")
 
 
 class Provider(Protocol):
@@ -23,6 +26,17 @@ class Provider(Protocol):
     ) -> LLMResponse: ...
 
     async def aclose(self) -> None: ...
+
+
+class Meter(Protocol):
+    """Budget control around each LLM call of a run: `before_call` reserves
+    tokens for the request (raising `BudgetExceeded` when the allowance cannot
+    cover it) and returns the `max_tokens` the call may use; `after_call`
+    settles the reservation to what the call really used (None: it failed)."""
+
+    async def before_call(self, request: LLMRequest) -> int: ...
+
+    async def after_call(self, usage: Usage | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +76,28 @@ class CommandInfo:
     min_role: Role
 
 
+@dataclass(frozen=True, slots=True)
+class ChannelMark:
+    """A channel with recent traffic, and the newest message of it the core has."""
+
+    channel_id: str
+    server_id: str | None
+    last_message_id: str
+
+
+class Leadership(Protocol):
+    """One holder across every instance sharing the database (e.g. the one
+    Telegram long poller): `wait()` returns once this instance holds it, `lost()`
+    once it no longer does."""
+
+    @property
+    def held(self) -> bool: ...
+
+    async def wait(self) -> None: ...
+
+    async def lost(self) -> None: ...
+
+
 class Core(Protocol):
     """What adapters see of the service: a sink for messages and the command list.
 
@@ -91,12 +127,56 @@ class Core(Protocol):
         follow-up after `handle(deliver=False)`), so it is not lost silently."""
         ...
 
+    def leadership(self, name: str) -> Leadership:
+        """The election for `name` (one per bot and transport, e.g.
+        "telegram-polling:<bot id>"): only its holder may poll or connect."""
+        ...
+
+    async def recent_channels(
+        self, platform: str, within: timedelta, limit: int
+    ) -> Sequence[ChannelMark]:
+        """The channels of `platform` with messages stored within `within`, most
+        recently active first, each with the newest message id stored: where an
+        adapter whose platform does not redeliver looks for what it missed."""
+        ...
+
+
+class SendProgress(Protocol):
+    """Where one reply's delivery stands (kept in the outbox). An adapter sends
+    only the parts after the `done` ones, and reports each part as soon as the
+    platform took it, so a reply taken over after a crash never repeats a part."""
+
+    @property
+    def done(self) -> Sequence[str]:
+        """Platform ids of the parts already delivered, in order."""
+        ...
+
+    def nonce(self, index: int) -> str:
+        """A stable idempotency key for part `index` (Discord's `nonce`)."""
+        ...
+
+    @property
+    def resumed(self) -> bool:
+        """Taken over from a sender that died: the part after the `done` ones may
+        have reached the platform without being recorded. An adapter that can
+        look (the channel's history) checks before posting it again."""
+        ...
+
+    @property
+    def since(self) -> datetime:
+        """When the reply was stored: no part of it is older."""
+        ...
+
+    async def sent(self, index: int, platform_id: str) -> None: ...
+
 
 @runtime_checkable
 class Adapter(Protocol):
     """One chat platform. `send` renders canonical Markdown for the platform,
     splits it to the platform's limits and raises `DeliveryFailed` when a part
-    finally cannot be delivered; it returns the platform ids of what was sent."""
+    finally cannot be delivered; it returns the platform ids of what was sent.
+    With `progress` it skips the parts already delivered and reports each new
+    one as it goes."""
 
     platform: str
 
@@ -104,9 +184,61 @@ class Adapter(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def send(self, reply: Reply) -> list[str]: ...
+    async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]: ...
 
     async def show_typing(self, target: Target) -> None: ...
+
+
+async def hand_over(
+    core: Core,
+    msg: IncomingMessage,
+    tasks: set[asyncio.Task[Any]],
+    *,
+    deliver: bool = True,
+) -> bool:
+    """The adapter's side of intake. Gives `msg` to the core in a background task
+    (added to `tasks`) and returns as soon as the core has stored it — the moment
+    to acknowledge the platform — or decided it needs no storing (ignored,
+    duplicate): True. False when the core could not take it (database down,
+    shutting down): do not acknowledge, so the platform delivers it again. The
+    run itself goes on in the background."""
+    accepted = asyncio.Event()
+
+    async def process() -> bool:
+        try:
+            await core.handle(msg, deliver=deliver, on_accepted=accepted.set)
+        except Exception as exc:
+            log.warning(
+                "intake.not_taken platform=%s event=%s: %s: %s",
+                msg.platform,
+                msg.dedupe_key,
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        return True
+
+    task = asyncio.create_task(process(), name=f"{msg.platform}:{msg.dedupe_key}")
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    waiter = asyncio.create_task(accepted.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    return accepted.is_set() or (task.done() and not task.cancelled() and task.result())
+
+
+@runtime_checkable
+class FileFetcher(Protocol):
+    """An adapter that downloads a message's files after intake, so the platform
+    is acknowledged at once. The pipeline calls it before the run, also when it
+    runs a message taken over after a crash (the inbox keeps no file it did not
+    have)."""
+
+    platform: str
+
+    async def fetch_files(self, msg: IncomingMessage) -> IncomingMessage: ...
 
 
 @runtime_checkable

@@ -158,9 +158,11 @@ OutcomeStatus = Literal[
     "failed",
     "merged",
     "cancelled",
+    "queued",
 ]
 """`merged`: answered together with other messages by the run named in `run_id`
-(its replies went out with that run); `cancelled`: its run was stopped (/stop)."""
+(its replies went out with that run); `cancelled`: its run was stopped (/stop);
+`queued`: stored, to be answered by the instance running its conversation."""
 
 
 @dataclass(frozen=True, slots=True)

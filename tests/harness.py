@@ -26,7 +26,7 @@ class RecordingAdapter:
     async def stop(self) -> None:
         self.core = None
 
-    async def send(self, reply: Reply) -> list[str]:
+    async def send(self, reply: Reply, progress: object = None) -> list[str]:
         if self.fail_sends:
             raise DeliveryFailed("platform said no")
         self.sent.append(reply)
@@ -50,3 +50,15 @@ def message(text: str, **fields: Any) -> IncomingMessage:
     }
     values.update(fields)
     return IncomingMessage(text=text, **values)
+
+
+class SoleLeader:
+    """A `Leadership` for test cores: this instance always holds it."""
+
+    held = True
+
+    async def wait(self) -> None:
+        return None
+
+    async def lost(self) -> None:
+        await asyncio.Event().wait()

@@ -10,7 +10,7 @@ import sys
 from typing import TextIO
 
 from bot.config import Secrets, Settings
-from bot.ports import Core
+from bot.ports import Core, SendProgress
 from bot.types import IncomingMessage, Reply, Target
 
 PLATFORM = "console"
@@ -45,7 +45,7 @@ class ConsoleAdapter:
     async def stop(self) -> None:
         self._core = None
 
-    async def send(self, reply: Reply) -> list[str]:
+    async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]:
         stream = self._err if reply.kind == "error" else self._out
         text = reply.text.rstrip()
         if self.interactive:

@@ -34,14 +34,15 @@ from typing import Any
 import aiohttp
 import discord
 
+from adapters.discord.catchup import catch_up
 from adapters.discord.client import NO_PINGS, REPLY_PING, Endpoints, SwitchboardClient
 from adapters.discord.files import Downloader
 from adapters.discord.parse import PLATFORM, command_message, option_text, parse_message
 from adapters.discord.render import render
 from bot.config import DiscordSettings, Secrets, Settings
 from bot.errors import ConfigError, DeliveryFailed, StartupError
-from bot.ports import Core
-from bot.types import BotIdentity, Reply, Target
+from bot.ports import Core, SendProgress
+from bot.types import BotIdentity, IncomingMessage, Reply, Target
 
 log = logging.getLogger("switchboard.discord")
 
@@ -71,10 +72,13 @@ class DiscordAdapter:
         self._endpoints = Endpoints.apply(self.settings.api_base_url)
         client = self._client = SwitchboardClient(
             on_message_payload=self._on_message_payload,
+            on_new_session=self._on_new_session,
             commands=core.command_infos(),
             on_command=self._on_command,
             sync_commands=self.settings.sync_commands,
             max_ratelimit_wait=self.settings.max_ratelimit_wait,
+            shard_id=self.settings.shard_id,
+            shard_count=self.settings.shard_count,
         )
         try:
             await self._connect(client)
@@ -144,6 +148,22 @@ class DiscordAdapter:
     def _on_message_payload(self, payload: Mapping[str, Any]) -> None:
         self._spawn(self._handle_message(payload))
 
+    def _on_new_session(self) -> None:
+        if self.settings.catch_up_channels and self.identity.user_id:
+            self._spawn(self._catch_up())
+
+    async def _catch_up(self) -> None:
+        client, core = self._client, self._core
+        if client is None or core is None:
+            return
+        try:
+            await catch_up(client, core, self.settings, self._parse, self._tasks)
+        except Exception:
+            log.exception("discord.catch_up_failed")
+
+    def _parse(self, payload: Mapping[str, Any]) -> IncomingMessage | None:
+        return parse_message(payload, self.identity, bot_role_ids=self._bot_roles(payload))
+
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
@@ -151,14 +171,18 @@ class DiscordAdapter:
 
     async def _handle_message(self, payload: Mapping[str, Any]) -> None:
         try:
-            msg = parse_message(payload, self.identity, bot_role_ids=self._bot_roles(payload))
+            msg = self._parse(payload)
             if msg is None or self._core is None:
                 return
-            if msg.attachments and (msg.addressed or not self.settings.require_mention):
-                msg = replace(msg, attachments=await self._files.fetch_all(msg.attachments))
-            await self._core.handle(msg)
+            await self._core.handle(msg)  # stored first; files are fetched after
         except Exception:
             log.exception("discord.message_failed id=%s", payload.get("id"))
+
+    async def fetch_files(self, msg: IncomingMessage) -> IncomingMessage:
+        """Download what the agent may read (called by the pipeline after intake)."""
+        if not msg.attachments or not (msg.addressed or not self.settings.require_mention):
+            return msg
+        return replace(msg, attachments=await self._files.fetch_all(msg.attachments))
 
     def _bot_roles(self, payload: Mapping[str, Any]) -> frozenset[str]:
         """The bot's managed role in the message's guild, from discord.py's guild cache."""
@@ -227,12 +251,20 @@ class DiscordAdapter:
 
     # -- outgoing -----------------------------------------------------------
 
-    async def send(self, reply: Reply) -> list[str]:
+    async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]:
+        """Post the parts after those `progress` says are done. Each part carries a
+        nonce derived from its outbox row, enforced by Discord: a part posted just
+        before a crash is not posted again when the reply is taken over."""
         target = reply.target
         channel = self._channel(target)
         chunks = render(reply.text)
-        sent: list[str] = []
+        sent: list[str] = list(progress.done) if progress else []
         for index, chunk in enumerate(chunks):
+            if index < len(sent):
+                continue
+            # discord.py sends a nonce with enforce_nonce=true: Discord returns the
+            # message already posted with it instead of posting it twice.
+            nonce: dict[str, Any] = {"nonce": progress.nonce(index)} if progress else {}
             try:
                 if index == 0 and target.reply_to_message_id:
                     reference = discord.MessageReference(
@@ -241,10 +273,10 @@ class DiscordAdapter:
                         fail_if_not_exists=False,  # the author deleted it: post anyway
                     )
                     message = await channel.send(
-                        chunk, reference=reference, allowed_mentions=REPLY_PING
+                        chunk, reference=reference, allowed_mentions=REPLY_PING, **nonce
                     )
                 else:
-                    message = await channel.send(chunk, allowed_mentions=NO_PINGS)
+                    message = await channel.send(chunk, allowed_mentions=NO_PINGS, **nonce)
             except SEND_ERRORS as exc:
                 part = f" (part {index + 1} of {len(chunks)})" if len(chunks) > 1 else ""
                 reason = f"Discord did not take the message{part}: {_describe(exc)}"

@@ -85,10 +85,13 @@ class SwitchboardClient(discord.Client):
         self,
         *,
         on_message_payload: RawHandler,
+        on_new_session: Callable[[], None],
         commands: Sequence[CommandInfo],
         on_command: CommandHandler,
         sync_commands: bool,
         max_ratelimit_wait: float,
+        shard_id: int | None = None,
+        shard_count: int | None = None,
     ) -> None:
         # No voice here: spare the operator discord.py's "PyNaCl is not installed" warnings.
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
@@ -99,11 +102,14 @@ class SwitchboardClient(discord.Client):
             chunk_guilds_at_startup=False,
             allowed_mentions=NO_PINGS,
             max_ratelimit_timeout=max_ratelimit_wait,
+            shard_id=shard_id,
+            shard_count=shard_count,
         )
         self.connected = asyncio.Event()
         """Set on READY. (discord.py's own "ready" also waits `guild_ready_timeout`, 2 s,
         after the last GUILD_CREATE; messages are handled meanwhile, so we do not wait.)"""
         self._on_message_payload = on_message_payload
+        self._on_new_session = on_new_session
         self._sync_commands = sync_commands
         self.tree = app_commands.CommandTree(self)
         for info in commands:
@@ -128,7 +134,13 @@ class SwitchboardClient(discord.Client):
         self.connected.set()
 
     async def on_socket_raw_receive(self, raw: str | bytes) -> None:
-        if isinstance(raw, bytes) or "MESSAGE_CREATE" not in raw:
+        if isinstance(raw, bytes):
+            return
+        if '"READY"' in raw and '"t":"READY"' in raw.replace(" ", ""):
+            # A new session (not a RESUMED one): events in between are lost.
+            self._on_new_session()
+            return
+        if "MESSAGE_CREATE" not in raw:
             return
         try:
             frame = json.loads(raw)

@@ -9,9 +9,14 @@ Transports (`[slack] mode`):
   every request's `v0` HMAC-SHA256 signature with SLACK_SIGNING_SECRET (5-minute
   window, constant-time compare); a bad one gets 401 and nothing runs.
 
-Either way bolt runs our listeners before it answers (`process_before_response`)
-and they only parse and hand the message to a background task, so Slack's
-3-second acknowledgement never waits for files or the LLM.
+Either way bolt runs our listeners before it answers (`process_before_response`).
+A listener parses the event and hands the message to the pipeline, waiting only
+until the pipeline has stored it in its inbox: Slack's acknowledgement (the HTTP
+200, or the Socket Mode ack) goes out only for a stored message, and when the
+database cannot take it the listener fails, bolt answers 500 (or does not ack)
+and Slack delivers it again. Files are downloaded after that
+(`fetch_files`, called by the pipeline), so the 3-second acknowledgement never
+waits for files or the LLM.
 
 Events (subscribe to `message.im`, `message.channels`, `message.groups`,
 `message.mpim` and `app_mention`; bot scopes `chat:write`, `im:history`,
@@ -44,9 +49,10 @@ other: a `Reply` does not say who asked, which `chat.postEphemeral` needs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -63,16 +69,23 @@ from adapters.slack.files import FileFetcher, describe
 from adapters.slack.parse import PLATFORM, parse_command, parse_event
 from adapters.slack.render import render
 from bot.config import Secrets, Settings, SlackSettings
-from bot.errors import ConfigError, DeliveryFailed, StartupError
-from bot.ports import Core, Route
+from bot.errors import AdapterError, ConfigError, DeliveryFailed, StartupError
+from bot.ports import Core, Leadership, Route, SendProgress, hand_over
 from bot.types import BotIdentity, IncomingMessage, Reply, Target
 
 log = logging.getLogger("switchboard.slack")
+BOLT_LOGGER = "switchboard.slack.bolt"
+LEADER_GRACE_S = 3.0
+"""How long `start` waits to be elected Socket Mode leader before standing by."""
 
 EVENTS_PATH = "/slack/events"
 COMMANDS_PATH = "/slack/commands"
 CONNECT_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
+
+
+class NotTaken(AdapterError):
+    """The pipeline could not store a message: Slack must deliver it again."""
 
 
 class SlackAdapter:
@@ -92,7 +105,10 @@ class SlackAdapter:
         self._app_token = app_token
         self.client = AsyncWebClient(token=bot_token, base_url=settings.api_base_url)
         self.bolt = AsyncApp(
-            name="switchboard",
+            # Bolt names its loggers after the app and resets their levels: a name
+            # of its own keeps it from silencing our "switchboard" loggers.
+            name=BOLT_LOGGER,
+            logger=logging.getLogger(BOLT_LOGGER),
             client=self.client,
             signing_secret=signing_secret or "",
             request_verification_enabled=settings.mode == "http",
@@ -105,6 +121,8 @@ class SlackAdapter:
         self._http: aiohttp.ClientSession | None = None
         self._files: FileFetcher | None = None
         self._socket: AsyncSocketModeHandler | None = None
+        self._leader: Leadership | None = None
+        self._socket_keeper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._no_status: set[str] = set()
         self._register()
@@ -129,7 +147,7 @@ class SlackAdapter:
             self._core = core
             if self.settings.mode == "socket":
                 step = "SLACK_APP_TOKEN (apps.connections.open)"
-                await self._connect_socket()
+                await self._start_socket(core)
         except SlackApiError as exc:
             await self._close()
             _, error = api_error(exc)
@@ -149,6 +167,39 @@ class SlackAdapter:
             self.team_id,
         )
 
+    async def _start_socket(self, core: Core) -> None:
+        """Socket Mode, one instance at a time: the leader of
+        "slack-socket:<team>" connects; the others stand by and one takes over
+        when the leader dies. A lone instance is elected at once and connects
+        before `start` returns (so a bad app token is a startup error)."""
+        self._leader = core.leadership(f"slack-socket:{self.team_id}")
+        try:
+            await asyncio.wait_for(self._leader.wait(), LEADER_GRACE_S)
+        except TimeoutError:
+            log.info("slack.socket_standby: another instance holds the Socket Mode connection")
+        else:
+            await self._connect_socket()
+        self._socket_keeper = asyncio.create_task(self._keep_socket(), name="slack-socket")
+
+    async def _keep_socket(self) -> None:
+        """Connect while leader; close when leadership is lost; connect again when
+        elected again."""
+        assert self._leader is not None
+        while True:
+            if self._socket is None:
+                await self._leader.wait()
+                try:
+                    await self._connect_socket()
+                except Exception as exc:
+                    log.warning("slack.socket_connect_failed: %s; retrying", exc)
+                    await asyncio.sleep(LEADER_GRACE_S)
+                    continue
+            await self._leader.lost()
+            log.warning("slack.socket_closed: leadership lost")
+            if self._socket is not None:
+                await self._socket.close_async()  # type: ignore[no-untyped-call]
+                self._socket = None
+
     async def _connect_socket(self) -> None:
         assert self._app_token is not None
         # Opening the URL here (not in the SDK's reconnect loop) turns a bad
@@ -160,6 +211,11 @@ class SlackAdapter:
         await asyncio.wait_for(handler.connect_async(), CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
 
     async def stop(self) -> None:
+        if self._socket_keeper is not None:
+            self._socket_keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._socket_keeper
+            self._socket_keeper = None
         if self._socket is not None:
             await self._socket.close_async()  # type: ignore[no-untyped-call]
             self._socket = None
@@ -209,11 +265,10 @@ class SlackAdapter:
 
     def _register(self) -> None:
         async def on_event(body: dict[str, Any]) -> None:
-            self._on_event(body)
+            await self._on_event(body)
 
         async def on_command(ack: AsyncAck, command: dict[str, Any]) -> None:
-            await ack()
-            self._spawn(self._answer_command(command))
+            await self._on_command(ack, command)
 
         async def ignore() -> None:
             return None
@@ -223,9 +278,12 @@ class SlackAdapter:
         self.bolt.event(re.compile(".*"))(ignore)  # acknowledge the rest: no redeliveries
         self.bolt.command(re.compile("^/"))(on_command)
 
-    def _on_event(self, body: Mapping[str, Any]) -> None:
-        if self.identity is None or self._core is None:
-            return
+    async def _on_event(self, body: Mapping[str, Any]) -> None:
+        """Hand the event's message to the pipeline; return once it is stored.
+        Raises when it could not be (bolt answers 500: Slack delivers it again)."""
+        core = self._core
+        if self.identity is None or core is None:
+            raise NotTaken("the Slack adapter is not running")
         msg = parse_event(body, self.identity)
         if msg is None:
             return
@@ -235,42 +293,57 @@ class SlackAdapter:
             msg.event_id,
             msg.platform_channel_id,
         )
-        self._spawn(self._handle(msg))
+        if not await hand_over(core, msg, self._tasks):
+            raise NotTaken(f"message {msg.event_id} could not be stored; Slack will retry")
 
-    async def _handle(self, msg: IncomingMessage) -> None:
-        core = self._core
-        if core is None:
-            return
-        try:
-            if msg.attachments and self._files is not None and self._wanted(msg):
-                msg = await self._files.fill(msg)
-                log.info("slack.files key=%s %s", msg.event_id, describe(msg.attachments))
-            await core.handle(msg)
-        except Exception:
-            log.exception("slack.handle_failed key=%s", msg.event_id)
+    async def fetch_files(self, msg: IncomingMessage) -> IncomingMessage:
+        """Download what the agent may read (called by the pipeline after intake)."""
+        if not msg.attachments or self._files is None or not self._wanted(msg):
+            return msg
+        msg = await self._files.fill(msg)
+        log.info("slack.files key=%s %s", msg.event_id, describe(msg.attachments))
+        return msg
 
     def _wanted(self, msg: IncomingMessage) -> bool:
         """Whether the pipeline will act on it (so its files are worth fetching)."""
         return msg.addressed or not self.settings.require_mention
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # -- slash commands -----------------------------------------------------------
 
-    async def _answer_command(self, payload: Mapping[str, Any]) -> None:
+    async def _on_command(self, ack: AsyncAck, payload: Mapping[str, Any]) -> None:
+        """Acknowledge the command once the pipeline has stored it, and answer it
+        through its `response_url` in the background."""
         core = self._core
         msg = parse_command(payload, self.settings.command)
         if core is None or msg is None:
+            await ack()
             return
-        url = payload.get("response_url")
+        accepted = asyncio.Event()
+        task = self._spawn(self._answer_command(core, msg, payload, accepted.set))
+        waiter = asyncio.create_task(accepted.wait())
         try:
-            outcome = await core.handle(msg, deliver=False)
-        except Exception:
-            log.exception("slack.command_failed command=%s", payload.get("command"))
-            return
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if not accepted.is_set() and task.done() and (task.cancelled() or task.exception()):
+            raise NotTaken(f"command {payload.get('command')} could not be stored")
+        await ack()
+
+    async def _answer_command(
+        self,
+        core: Core,
+        msg: IncomingMessage,
+        payload: Mapping[str, Any],
+        accepted: Callable[[], None],
+    ) -> None:
+        url = payload.get("response_url")
+        outcome = await core.handle(msg, deliver=False, on_accepted=accepted)
         for reply in outcome.replies:
             try:
                 await self._respond(str(url or ""), reply)
@@ -289,13 +362,13 @@ class SlackAdapter:
 
     # -- delivery ---------------------------------------------------------------
 
-    async def send(self, reply: Reply) -> list[str]:
+    async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]:
         chunks = render(reply.text)
         if not chunks:
             return []
         target = reply.target
         thread = target.thread_id or target.reply_to_message_id
-        return await self.poster.post(target.channel_id, chunks, thread)
+        return await self.poster.post(target.channel_id, chunks, thread, progress)
 
     async def show_typing(self, target: Target) -> None:
         status = self.settings.typing_status

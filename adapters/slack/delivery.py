@@ -16,6 +16,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import aiohttp
@@ -23,6 +24,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.errors import DeliveryFailed
+from bot.ports import SendProgress
 
 log = logging.getLogger("switchboard.slack.delivery")
 
@@ -46,18 +48,63 @@ class Poster:
         self._attempts = attempts
         self._max_wait = max_wait
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._me: str | None = None
 
-    async def post(self, channel: str, chunks: Sequence[str], thread_ts: str | None) -> list[str]:
-        """Post the parts in order; returns their `ts` values."""
-        sent: list[str] = []
+    async def post(
+        self,
+        channel: str,
+        chunks: Sequence[str],
+        thread_ts: str | None,
+        progress: SendProgress | None = None,
+    ) -> list[str]:
+        """Post the parts in order, after those `progress` says are done; returns
+        the `ts` values of all parts."""
+        sent: list[str] = list(progress.done) if progress else []
         async with self._lock(channel):
             for number, chunk in enumerate(chunks, 1):
+                if number <= len(sent):
+                    continue
                 try:
-                    sent.append(await self._post_one(channel, chunk, thread_ts))
+                    found = None
+                    if progress is not None and progress.resumed and number == len(sent) + 1:
+                        found = await self._find_posted(channel, chunk, thread_ts, progress.since)
+                    sent.append(found or await self._post_one(channel, chunk, thread_ts))
+                    if progress is not None:
+                        await progress.sent(number - 1, sent[-1])
                 except DeliveryFailed as exc:
                     where = f"part {number} of {len(chunks)}" if len(chunks) > 1 else "message"
                     raise DeliveryFailed(f"{exc} ({where}; {len(sent)} sent)") from None
         return sent
+
+    async def _find_posted(
+        self, channel: str, text: str, thread_ts: str | None, since: datetime
+    ) -> str | None:
+        """The `ts` of a message with this text we posted since `since`, if any: a
+        part sent by a process that died before it could record it."""
+        oldest = f"{since.timestamp() - 1:.6f}"
+        try:
+            if thread_ts:
+                response = await self._client.conversations_replies(
+                    channel=channel, ts=thread_ts, oldest=oldest, limit=100
+                )
+            else:
+                response = await self._client.conversations_history(
+                    channel=channel, oldest=oldest, limit=100
+                )
+        except SlackApiError as exc:
+            log.warning("slack.history_unreadable channel=%s: %s", channel, api_error(exc)[1])
+            return None
+        me = await self._bot_user()
+        for message in response.get("messages") or []:
+            if message.get("user") == me and message.get("text") == text:
+                log.info("slack.part_already_posted channel=%s ts=%s", channel, message.get("ts"))
+                return str(message.get("ts"))
+        return None
+
+    async def _bot_user(self) -> str:
+        if self._me is None:
+            self._me = str((await self._client.auth_test()).get("user_id") or "")
+        return self._me
 
     async def _post_one(self, channel: str, text: str, thread_ts: str | None) -> str:
         attempt = 0

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 
 from adapters.telegram.adapter import WEBHOOK_PATH, TelegramAdapter
+from adapters.telegram.factory import make_transport
 from adapters.telegram.parse import parse_update
 from adapters.telegram.render import render, to_plain_text
-from adapters.telegram.transport import TOKEN_RE, Library, Transport, make_transport
+from adapters.telegram.transport import TOKEN_RE, Library, Transport
 from bot.config import Secrets, Settings
 from bot.errors import ConfigError
 

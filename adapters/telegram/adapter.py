@@ -21,7 +21,7 @@ import contextlib
 import hmac
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,7 +33,7 @@ from adapters.telegram.render import render
 from adapters.telegram.transport import FileTooLarge, RateLimited, Transport
 from bot.config import TelegramSettings
 from bot.errors import AdapterError, StartupError
-from bot.ports import Core, Route
+from bot.ports import Core, Route, SendProgress, hand_over
 from bot.types import Attachment, BotIdentity, IncomingMessage, Reply, Role, Target
 
 log = logging.getLogger("switchboard.telegram")
@@ -77,7 +77,7 @@ class TelegramAdapter:
         self._stop_grace = stop_grace
         self._core: Core | None = None
         self._poller: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[bool]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._offset: int | None = None
         """The next update_id to ask for: every update below it was taken."""
         self._confirmed: int | None = None
@@ -159,11 +159,11 @@ class TelegramAdapter:
 
     # -- outgoing ------------------------------------------------------------
 
-    async def send(self, reply: Reply) -> list[str]:
+    async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]:
         chunks = render(reply.text)
         if not chunks:
             return []
-        return await self._sender.send(reply.target, chunks)
+        return await self._sender.send(reply.target, chunks, progress)
 
     async def show_typing(self, target: Target) -> None:
         if self._sender.blocked(target.channel_id):
@@ -176,7 +176,26 @@ class TelegramAdapter:
     # -- intake --------------------------------------------------------------
 
     async def _poll(self) -> None:
-        """Long polling until stopped; never dies of an error (it backs off instead)."""
+        """Long polling until stopped, by one instance at a time: the leader of
+        "telegram-polling:<bot id>" (several instances share the database; the
+        others wait, and one takes over within seconds when the leader dies).
+        Never dies of an error (it backs off instead)."""
+        assert self._core is not None and self.identity is not None
+        leader = self._core.leadership(f"telegram-polling:{self.identity.user_id}")
+        while True:
+            await leader.wait()
+            log.info("telegram.polling bot=%s (this instance is the poller)", self.identity.user_id)
+            polling = asyncio.create_task(self._poll_while_leader())
+            lost = asyncio.create_task(leader.lost())
+            try:
+                await asyncio.wait({polling, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (polling, lost):
+                    task.cancel()
+                await asyncio.gather(polling, lost, return_exceptions=True)
+            log.warning("telegram.polling_stopped: leadership lost; waiting to be elected again")
+
+    async def _poll_while_leader(self) -> None:
         failures = 0
         while True:
             try:
@@ -246,28 +265,7 @@ class TelegramAdapter:
         if msg is None:
             return True
         msg = await self._with_files(msg)
-        accepted = asyncio.Event()
-        task = asyncio.create_task(
-            self._process(core, msg, accepted.set), name=f"telegram-update-{msg.event_id}"
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        waiter = asyncio.create_task(accepted.wait())
-        try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        return accepted.is_set() or (task.done() and not task.cancelled() and task.result())
-
-    async def _process(
-        self, core: Core, msg: IncomingMessage, accepted: Callable[[], None]
-    ) -> bool:
-        try:
-            await core.handle(msg, on_accepted=accepted)
-        except Exception:
-            log.exception("telegram.handle_failed event=%s", msg.event_id)
-            return False
-        return True
+        return await hand_over(core, msg, self._tasks)
 
     # -- files ---------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from adapters.telegram.transport import (
     Transport,
 )
 from bot.errors import AdapterError, DeliveryFailed
+from bot.ports import SendProgress
 from bot.types import Target
 
 log = logging.getLogger("switchboard.telegram.delivery")
@@ -82,19 +83,26 @@ class Sender:
         until = self._clock.now() + seconds
         self._blocked_until[chat_id] = max(until, self._blocked_until.get(chat_id, 0.0))
 
-    async def send(self, target: Target, chunks: Sequence[str]) -> list[str]:
-        """Send `chunks` (Telegram HTML) in order; the first one as a reply when the
-        target says so. Returns the message ids."""
+    async def send(
+        self, target: Target, chunks: Sequence[str], progress: SendProgress | None = None
+    ) -> list[str]:
+        """Send `chunks` (Telegram HTML) in order, after those `progress` says are
+        done; the first one as a reply when the target says so. Returns the
+        message ids of all parts."""
         chat = target.channel_id
         lock = self._locks.get(chat)
         if lock is None:
             lock = self._locks[chat] = asyncio.Lock()
-        ids: list[str] = []
+        ids: list[str] = list(progress.done) if progress else []
         async with lock:
             for index, chunk in enumerate(chunks):
+                if index < len(ids):
+                    continue
                 reply_to = target.reply_to_message_id if index == 0 else None
                 try:
                     ids.append(await self._send_one(chat, chunk, target.thread_id, reply_to))
+                    if progress is not None:
+                        await progress.sent(index, ids[-1])
                 except DeliveryFailed as exc:
                     sent = f" after {len(ids)} of {len(chunks)} parts" if ids else ""
                     raise DeliveryFailed(f"{exc}{sent}") from None

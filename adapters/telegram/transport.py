@@ -26,7 +26,6 @@ __all__ = [
     "RateLimited",
     "TelegramApiError",
     "Transport",
-    "make_transport",
 ]
 
 
@@ -94,17 +93,6 @@ class Transport(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def make_transport(library: Library, token: str, api_base_url: str) -> Transport:
-    """The transport of the configured library (imported only now)."""
-    if library == "aiogram":
-        from adapters.telegram.aiogram_transport import AiogramTransport
-
-        return AiogramTransport(token, api_base_url)
-    from adapters.telegram.ptb_transport import PTBTransport
-
-    return PTBTransport(token, api_base_url)
 
 
 def scrub(text: str, token: str) -> str:

@@ -9,7 +9,7 @@ API says the prompt is too long. Both fall back to plain truncation when the
 summary cannot be written, so a failing fast model never wedges a run.
 
 Conversation-level compaction after a run (stored summaries, memory flush,
-the per-conversation lock) lives in `bot.agent.compactor`.
+the per-conversation lock) lives in `bot.pipeline.compactor`.
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from bot.agent.errors import ErrorChannel, summarize
 from bot.agent.traces import Span, Timer
 from bot.errors import ToolFailed
 from bot.llm.types import ToolResultBlock, ToolUseBlock
 from bot.ports import Tool, ToolContext
+from bot.tools.errors import ErrorChannel, summarize
 from bot.tools.results import ResultStore
 
 log = logging.getLogger("switchboard.tools")

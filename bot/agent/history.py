@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bot.conversations import HistoryRow
 from bot.llm.tokens import messages_tokens
 from bot.llm.types import Block, ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -37,19 +38,6 @@ SOFT_TRIM_OVER = 4000
 SOFT_TRIM_KEEP = 1500
 HARD_CLEAR_MIN = 500
 PROTECTED_ASSISTANT_MESSAGES = 3
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryRow:
-    """The fields of a stored message that matter for the LLM."""
-
-    role: str
-    text: str
-    tool_use_id: str | None = None
-    tool_name: str | None = None
-    data: dict[str, Any] | None = None
-    is_error: bool = False
-    id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ answer not sent yet — after the final reply.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -50,9 +51,10 @@ from bot.llm.types import (
     LLMRequest,
     LLMResponse,
     TextBlock,
+    TextCallback,
     ToolResultBlock,
 )
-from bot.ports import Provider, TextCallback
+from bot.ports import Provider
 from bot.tools.registry import tool_spec
 
 log = logging.getLogger("switchboard.agent")
@@ -172,12 +174,20 @@ class _Run:
             volatile=volatile,
             tool_choice="none" if wrap_up and self.specs else None,
         )
+        if spec.meter is not None:  # reserve before the call; may shrink max_tokens
+            allowed = await spec.meter.before_call(request)
+            if allowed < request.max_tokens:
+                request = dataclasses.replace(request, max_tokens=allowed)
         self.events.emit("activity", kind="thinking")
         timer = Timer()
         self.calls += 1
         try:
             response = await self.loop.provider.complete(request, self._chunk)
-        except ProviderError as exc:
+        except BaseException as exc:
+            if spec.meter is not None:
+                await asyncio.shield(spec.meter.after_call(None))
+            if not isinstance(exc, ProviderError):
+                raise
             self.state.spans.append(
                 Span(
                     spec.span_kind,
@@ -190,6 +200,8 @@ class _Run:
             )
             raise
         usage = response.usage
+        if spec.meter is not None:
+            await spec.meter.after_call(usage)
         self.state.spans.append(
             Span(
                 spec.span_kind,

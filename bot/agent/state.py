@@ -8,7 +8,7 @@ from typing import Any
 
 from bot.agent.traces import Span, SpanKind
 from bot.llm.types import Block, ChatMessage, SystemBlock
-from bot.ports import Tool, ToolContext
+from bot.ports import Meter, Tool, ToolContext
 from bot.types import Usage
 
 TOKEN_SPANS = frozenset({"llm", "compaction", "memory_flush"})
@@ -98,3 +98,5 @@ class RunSpec:
     inbox: Inbox | None = None
     span_kind: SpanKind = "llm"
     """"memory_flush" for that internal turn's LLM calls."""
+    meter: Meter | None = None
+    """Reserves budget before each LLM call and settles it after (None: unmetered)."""

@@ -56,10 +56,10 @@ from bot.llm.types import (
     LLMRequest,
     LLMResponse,
     TextBlock,
+    TextCallback,
     ToolResultBlock,
     ToolUseBlock,
 )
-from bot.ports import TextCallback
 from bot.types import Usage
 
 log = logging.getLogger("switchboard.llm")

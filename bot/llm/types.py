@@ -5,11 +5,14 @@ The agent loop speaks only these; `bot.llm.anthropic` maps them to the SDK.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bot.types import Usage
+
+TextCallback = Callable[[str], Awaitable[None]]
+"""Called with each text delta while a reply streams."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
@@ -27,6 +27,7 @@ from bot.errors import StartupError
 log = logging.getLogger("switchboard.store")
 
 _READONLY = "switchboard_readonly"
+URGENT_POOL_SIZE = 5
 
 
 class Store:
@@ -39,17 +40,43 @@ class Store:
         echo: bool = False,
         busy_timeout_ms: int = 5000,
         schema: str | None = None,
+        pool_size: int = 10,
+        max_overflow: int = 20,
+        pool_timeout: float = 30.0,
     ) -> None:
         self.url = make_url(url)
         self.dialect = self.url.get_backend_name()
         connect_args: dict[str, Any] = {}
+        pool: dict[str, Any] = {}
         if self.dialect == "sqlite":
             _ensure_sqlite_dir(self.url.database)
-        elif schema:
-            connect_args["server_settings"] = {"search_path": schema}
+        else:
+            pool = {
+                "pool_size": pool_size,
+                "max_overflow": max_overflow,
+                "pool_timeout": pool_timeout,
+                "pool_pre_ping": True,
+            }
+            if schema:
+                connect_args["server_settings"] = {"search_path": schema}
+        self.schema = schema
         self.engine: AsyncEngine = create_async_engine(
-            url, echo=echo, connect_args=connect_args, pool_pre_ping=self.dialect != "sqlite"
+            url, echo=echo, connect_args=connect_args, **pool
         )
+        # PostgreSQL: a few connections of their own for what must never queue
+        # behind runs (accepting messages within the platform's deadline, leases,
+        # health checks), so a saturated pool delays work, not intake.
+        self.urgent_engine: AsyncEngine = self.engine
+        if self.dialect != "sqlite":
+            self.urgent_engine = create_async_engine(
+                url,
+                echo=echo,
+                connect_args=connect_args,
+                pool_size=URGENT_POOL_SIZE,
+                max_overflow=URGENT_POOL_SIZE * 2,
+                pool_timeout=pool_timeout,
+                pool_pre_ping=True,
+            )
         if self.dialect == "sqlite":
             _tune_sqlite(self.engine, busy_timeout_ms)
         # SQLite has one writer at a time. Queue this process's writers on a lock
@@ -58,6 +85,9 @@ class Store:
         # processes (CLI commands) sharing the file.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer = async_sessionmaker(self.engine, class_=AsyncSession, expire_on_commit=False)
+        self._urgent = async_sessionmaker(
+            self.urgent_engine, class_=AsyncSession, expire_on_commit=False
+        )
         self._reader = async_sessionmaker(
             self.engine.execution_options(**{_READONLY: True}),
             class_=AsyncSession,
@@ -77,6 +107,21 @@ class Store:
             return
         async with self._write_lock, self._writer() as session, session.begin():
             yield session
+
+    @asynccontextmanager
+    async def write_urgent(self) -> AsyncIterator[AsyncSession]:
+        """`write()` on the connections kept for intake and leases (PostgreSQL)."""
+        if self._write_lock is None:
+            async with self._urgent() as session, session.begin():
+                yield session
+            return
+        async with self._write_lock, self._urgent() as session, session.begin():
+            yield session
+
+    async def ping(self) -> None:
+        """One round trip to the database (on the urgent connections)."""
+        async with self.urgent_engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -100,6 +145,8 @@ class Store:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self.urgent_engine is not self.engine:
+            await self.urgent_engine.dispose()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -35,11 +36,20 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return cfg
 
 
+MIGRATION_LOCK = 0x5357_4D49_4752_4154  # "SWMIGRAT": one migrating process at a time
+
+
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+    """Apply migrations. On PostgreSQL, instances starting together take turns
+    (a transaction-scoped advisory lock): the first migrates, the others find
+    the schema current."""
+
     def _run(connection: Connection) -> None:
         command.upgrade(alembic_config(connection), revision)
 
     async with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK})
         await conn.run_sync(_run)
 
 

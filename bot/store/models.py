@@ -62,9 +62,10 @@ class Budget(SQLModel, table=True):
     """A user's token budget for the current period (a UTC month, "YYYY-MM").
 
     `used` never exceeds the allowance; what a run spent beyond it goes to
-    `overage`. The allowance is the role default from config unless
-    `limit_mode` is "fixed" (`limit_tokens`) or "unlimited"; `granted` is a
-    one-off top-up for this period."""
+    `overage`. `reserved` holds estimates of LLM calls in flight, so concurrent
+    calls cannot together spend past the allowance. The allowance is the role
+    default from config unless `limit_mode` is "fixed" (`limit_tokens`) or
+    "unlimited"; `granted` is a one-off top-up for this period."""
 
     __tablename__ = "budgets"
 
@@ -75,6 +76,11 @@ class Budget(SQLModel, table=True):
     granted: int = Field(default=0, sa_type=BigInteger)
     limit_mode: str = Field(default="role", max_length=16)
     limit_tokens: int | None = Field(default=None, sa_type=BigInteger)
+    reserved: int = Field(default=0, sa_type=BigInteger)
+    """Tokens held by LLM calls in flight (reserved before, settled after each call)."""
+    reserved_until: datetime | None = _ts_optional()
+    """After this, no call holding a reservation can still be running (its process
+    died): `reserved` counts as 0."""
     updated_at: datetime = _ts()
 
 
@@ -192,18 +198,72 @@ class TokenLog(SQLModel, table=True):
     created_at: datetime = _ts(index=True)
 
 
-class ProcessedEvent(SQLModel, table=True):
-    """Durable dedupe of platform deliveries (update_id, event_id, ...)."""
+class InboxItem(SQLModel, table=True):
+    """One accepted platform message: stored, with its whole normalized content,
+    before the platform is acknowledged. The database is the queue.
 
-    __tablename__ = "processed_events"
-    __table_args__ = (UniqueConstraint("platform", "event_id"),)
+    `state`: pending → running → a final state (answered, silent, failed,
+    command, refused, blocked, cancelled, merged). A running item is leased to
+    one instance (`lease_owner` until `lease_expires_at`, renewed while its run
+    goes on); an expired lease is taken over and the message run again, up to
+    `[inbox] max_attempts`. (platform, event_id) is unique: a redelivery is a
+    no-op."""
+
+    __tablename__ = "inbox"
+    __table_args__ = (
+        UniqueConstraint("platform", "event_id"),
+        Index("ix_inbox_state_lease_expires_at", "state", "lease_expires_at"),
+        Index("ix_inbox_conversation_key_id", "conversation_key", "id"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     platform: str = Field(max_length=32)
     event_id: str = Field(max_length=200)
-    status: str = Field(default="received", max_length=16)
+    conversation_key: str = Field(max_length=400)
+    source: str = Field(default="user", max_length=16)
+    state: str = Field(default="pending", max_length=16)
+    payload: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    """The `IncomingMessage` (bot.pipeline.codec); None for rows migrated from dedupe."""
+    deliver: bool = True
+    """False: the caller answers through its own channel (an interaction)."""
+    attempts: int = 0
+    run_id: str | None = Field(default=None, max_length=32)
+    lease_owner: str | None = Field(default=None, max_length=120)
+    lease_expires_at: datetime | None = _ts_optional()
+    error: str | None = Field(default=None, sa_type=Text)
     created_at: datetime = _ts(index=True)
     finished_at: datetime | None = _ts_optional()
+
+
+class OutboxItem(SQLModel, table=True):
+    """A reply stored before it is sent (with the turn that produced it).
+
+    Delivery records the platform message id of every part as it goes
+    (`part_ids`), so a recovered reply continues after the last part sent and
+    no part is posted twice by us. `state`: pending → sent | failed."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (Index("ix_outbox_state_lease_expires_at", "state", "lease_expires_at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    inbox_id: int | None = Field(default=None, index=True)
+    run_id: str | None = Field(default=None, max_length=32)
+    platform: str = Field(max_length=32)
+    channel_id: str = Field(max_length=128)
+    thread_id: str | None = Field(default=None, max_length=128)
+    reply_to_message_id: str | None = Field(default=None, max_length=128)
+    server_id: str | None = Field(default=None, max_length=128)
+    kind: str = Field(default="answer", max_length=16)
+    private: bool = False
+    text: str = Field(sa_type=Text)
+    state: str = Field(default="pending", max_length=16)
+    part_ids: list[str] | None = Field(default=None, sa_type=JSON)
+    attempts: int = 0
+    lease_owner: str | None = Field(default=None, max_length=120)
+    lease_expires_at: datetime | None = _ts_optional()
+    error: str | None = Field(default=None, sa_type=Text)
+    created_at: datetime = _ts()
+    sent_at: datetime | None = _ts_optional()
 
 
 class ToolError(SQLModel, table=True):
@@ -256,7 +316,9 @@ class ScheduledJob(SQLModel, table=True):
 
     `state`: active | paused | done | failed | removed. `version` grows on every
     change; firing claims the row by compare-and-set on it, so one fire runs once
-    even with several instances."""
+    even with several instances. A claimed fire holds a lease (`lease_owner`,
+    `lease_expires_at`) renewed while it runs; a fire whose lease expired is
+    taken over."""
 
     __tablename__ = "scheduled_jobs"
     __table_args__ = (Index("ix_scheduled_jobs_state_next_run_at", "state", "next_run_at"),)
@@ -279,6 +341,12 @@ class ScheduledJob(SQLModel, table=True):
     next_run_at: datetime | None = _ts_optional()
     version: int = 0
     running_since: datetime | None = _ts_optional()
+    fire_at: datetime | None = _ts_optional()
+    """The scheduled time of the fire being run (set with `running_since`)."""
+    lease_owner: str | None = Field(default=None, max_length=120)
+    lease_expires_at: datetime | None = _ts_optional()
+    """A running fire is leased like a message; once expired (its process died)
+    the fire is taken over and run again."""
     last_run_at: datetime | None = _ts_optional()
     last_status: str | None = Field(default=None, max_length=24)
     last_error: str | None = Field(default=None, sa_type=Text)
@@ -379,3 +447,39 @@ class TraceSpan(SQLModel, table=True):
     is_error: bool = False
     detail: str | None = Field(default=None, sa_type=Text)
     """The stop reason of an LLM call; the error summary of a failed tool."""
+
+
+class Lease(SQLModel, table=True):
+    """A named lease held by one instance until `expires_at` (renewed while it is
+    needed): "conversation:<key>" while a run of that conversation goes on,
+    "compaction:<key>", "heartbeat:<persona>:<key>", "leader:<what>". Taken with
+    one atomic upsert that succeeds only when the lease is free, expired or
+    already ours; `token` changes on every take, so a late release of an older
+    take never frees a newer one."""
+
+    __tablename__ = "leases"
+
+    name: str = Field(primary_key=True, max_length=450)
+    owner: str = Field(max_length=120)
+    token: str = Field(max_length=32)
+    expires_at: datetime = Field(sa_type=UTCDateTime, nullable=False, index=True)
+    user_id: int | None = None
+    """The user a conversation's run answers (who may /stop it besides admins)."""
+    run_id: str | None = Field(default=None, max_length=32)
+    stop_requested_by: str | None = Field(default=None, max_length=200)
+    """Set by /stop on any instance; the holder stops its run."""
+    acquired_at: datetime = _ts()
+
+
+class Instance(SQLModel, table=True):
+    """A running `switchboard run` (or chat) process, for operators: it marks
+    itself seen every sweep; one not seen for a while is gone."""
+
+    __tablename__ = "instances"
+
+    id: str = Field(primary_key=True, max_length=120)
+    host: str = Field(max_length=200)
+    pid: int = 0
+    platforms: list[str] | None = Field(default=None, sa_type=JSON)
+    started_at: datetime = _ts()
+    seen_at: datetime = _ts(index=True)

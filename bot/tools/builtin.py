@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from bot.agent.errors import ErrorChannel
 from bot.errors import ToolFailed
 from bot.ports import Tool, ToolContext
+from bot.tools.errors import ErrorChannel
 from bot.types import Role, utcnow
 
 

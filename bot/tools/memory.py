@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.errors import ToolFailed
-from bot.memory import MemoryStore
 from bot.ports import Tool, ToolContext
+from bot.store.memories import MemoryStore
 from bot.types import Role
 
 MAX_SEARCH_RESULTS = 20

@@ -15,10 +15,10 @@ from typing import Any
 
 from bot.config import SchedulerSettings
 from bot.errors import ToolFailed
-from bot.jobs import Jobs
 from bot.ports import Tool, ToolContext
-from bot.schedule_parse import FORMS, ScheduleError, format_duration, parse_when, zone
-from bot.scheduler import Scheduler
+from bot.scheduling.jobs import Jobs
+from bot.scheduling.parse import FORMS, ScheduleError, format_duration, parse_when, zone
+from bot.scheduling.scheduler import Scheduler
 from bot.types import Role
 
 MAX_PROMPT_CHARS = 2000

@@ -32,7 +32,7 @@ from sqlmodel import col, select
 
 from bot.app import App
 from bot.config import Secrets, Settings
-from bot.pricing import estimate_cost
+from bot.llm.pricing import estimate_cost
 from bot.store.models import TokenLog
 from bot.types import IncomingMessage, Reply, Target, Usage
 from tests.fakes.anthropic import FakeAnthropic
@@ -59,7 +59,7 @@ class NullAdapter:
 
     async def stop(self) -> None: ...
 
-    async def send(self, reply: Reply) -> list[str]:
+    async def send(self, reply: Reply, progress: object = None) -> list[str]:
         return []
 
     async def show_typing(self, target: Target) -> None: ...

@@ -63,7 +63,7 @@ class NullAdapter:
 
     async def stop(self) -> None: ...
 
-    async def send(self, reply: Reply) -> list[str]:
+    async def send(self, reply: Reply, progress: object = None) -> list[str]:
         self.sent += 1
         return []
 

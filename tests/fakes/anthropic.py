@@ -514,6 +514,11 @@ class FakeAnthropic:
         self._base_url: str | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.flight_key: Callable[[dict[str, Any]], str] | None = None
+        """When set, requests are grouped by `flight_key(body)` while answered:
+        `max_in_flight[key]` is the most answered at once (e.g. per conversation)."""
+        self.in_flight: dict[str, int] = {}
+        self.max_in_flight: dict[str, int] = {}
 
     # -- scripting and inspection --
 
@@ -725,6 +730,21 @@ class FakeAnthropic:
         if (refusal := self._refuse(record)) is not None:
             return refusal
         body = record.body
+        flight = self.flight_key(body) if self.flight_key is not None else None
+        if flight is None:
+            return await self._answer(request, body)
+        with self._lock:
+            self.in_flight[flight] = self.in_flight.get(flight, 0) + 1
+            self.max_in_flight[flight] = max(
+                self.max_in_flight.get(flight, 0), self.in_flight[flight]
+            )
+        try:
+            return await self._answer(request, body)
+        finally:
+            with self._lock:
+                self.in_flight[flight] -= 1
+
+    async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         try:
             reply = self._next_reply(body)
         except Exception as exc:

@@ -125,6 +125,9 @@ class FakeDiscord:
             changed=self._notify,
         )
         self._messages: dict[str, dict[str, Any]] = {}
+        self._nonces: dict[tuple[str, str], str] = {}
+        self.nonce_hits = 0
+        """Message posts answered with the message already created with that nonce."""
         self._limits: dict[str, list[tuple[float, bool]]] = {}
         self._failures: dict[str, tuple[int, int, str]] = {}
         self._expired: set[str] = set()
@@ -143,6 +146,7 @@ class FakeDiscord:
         app.router.add_get(api + "/oauth2/applications/@me", self._application)
         app.router.add_get(api + "/gateway/bot", self._gateway_bot)
         app.router.add_post(api + "/channels/{channel}/messages", self._create_message)
+        app.router.add_get(api + "/channels/{channel}/messages", self._history)
         app.router.add_post(api + "/channels/{channel}/typing", self._typing)
         app.router.add_put(api + "/applications/{app}/commands", self._put_commands)
         app.router.add_post(api + "/interactions/{id}/{token}/callback", self._callback)
@@ -332,6 +336,20 @@ class FakeDiscord:
         self.commands = [command_object(c, self.snowflake(), self.snowflake()) for c in body]
         return json_response(self.commands)
 
+    async def _history(self, request: web.Request) -> web.Response:
+        """GET /channels/{id}/messages: the channel's messages after `after` (or
+        the latest), newest first, at most `limit` (1-100), as Discord answers."""
+        channel_id = request.match_info["channel"]
+        after = int(request.query.get("after") or 0)
+        limit = min(max(int(request.query.get("limit") or 50), 1), 100)
+        found = sorted(
+            (m for m in self._messages.values() if m["channel_id"] == channel_id),
+            key=lambda m: int(m["id"]),
+        )
+        newer = [m for m in found if int(m["id"]) > after]
+        chosen = newer[:limit] if after else newer[-limit:]
+        return json_response(list(reversed(chosen)))
+
     async def _create_message(self, request: web.Request) -> web.Response:
         channel_id = request.match_info["channel"]
         body = await request.json()
@@ -341,6 +359,12 @@ class FakeDiscord:
             return rate_limited(retry_after, is_global)
         if failure := self._failures.get(channel_id):
             return error(*failure)
+        nonce = body.get("nonce")
+        if nonce is not None and body.get("enforce_nonce"):
+            key = (channel_id, str(nonce))
+            if key in self._nonces:  # Discord returns the message already created with it
+                self.nonce_hits += 1
+                return json_response(self._messages[self._nonces[key]])
         content = str(body.get("content") or "")
         if problem := invalid_content(content):
             return problem
@@ -353,6 +377,8 @@ class FakeDiscord:
                 reply_to = None
         posted = self._post(channel_id, content, body.get("allowed_mentions"), reply_to)
         message = self._messages[posted.id]
+        if nonce is not None:
+            self._nonces[(channel_id, str(nonce))] = posted.id
         await self.dispatch("MESSAGE_CREATE", message)  # the bot sees its own messages
         return json_response(message)
 

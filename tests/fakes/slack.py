@@ -6,7 +6,8 @@ It speaks the wire protocol:
   query string, form or JSON; answers ``{"ok": true, ...}`` or ``{"ok": false,
   "error": ...}`` (``not_authed``, ``invalid_auth``, ``channel_not_found``, ...), and
   HTTP 429 with ``Retry-After`` when scripted. Methods: ``auth.test``,
-  ``chat.postMessage``, ``chat.update``, ``files.info``,
+  ``chat.postMessage``, ``chat.update``, ``conversations.history``,
+  ``conversations.replies`` (the bot's own messages), ``files.info``,
   ``assistant.threads.setStatus``, ``apps.connections.open`` (app-level token);
 - private file downloads (``url_private_download``), which, like Slack, answer a
   request without the bot token with an HTML sign-in page and status 200;
@@ -108,6 +109,12 @@ class FakeSlack:
     _changed: asyncio.Condition | None = None
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _ts: Any = field(default_factory=lambda: itertools.count(1))
+    _holds: dict[str, asyncio.Event] = field(default_factory=dict)
+    held: list[Call] = field(default_factory=list)
+    """Calls waiting on a `hold` (not answered, not applied yet)."""
+    dropped: list[Call] = field(default_factory=list)
+    """Held calls whose client went away before the hold was released: like a
+    request that never reached Slack, nothing happened."""
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -173,6 +180,12 @@ class FakeSlack:
         or `ok: false` + `error`."""
         for _ in range(times):
             self._failures.append(Failure(method, status, error, retry_after, channel, after))
+
+    def hold(self, method: str) -> asyncio.Event:
+        """Keep calls to `method` waiting until the returned event is set; a call
+        whose client disconnected meanwhile is dropped, unapplied."""
+        event = self._holds[method] = asyncio.Event()
+        return event
 
     def add_file(
         self, name: str, content: bytes, mimetype: str, *, file_id: str | None = None
@@ -257,6 +270,15 @@ class FakeSlack:
         token = _bearer(request) or args.pop("token", None)
         call = Call(method, args, token)
         self.calls.append(call)
+        if (hold := self._holds.get(method)) is not None and not hold.is_set():
+            self.held.append(call)
+            await self._changed_now()
+            await hold.wait()
+            self.held.remove(call)
+            if request.transport is None or request.transport.is_closing():
+                self.dropped.append(call)
+                await self._changed_now()
+                return web.Response(status=499)
         try:
             return await self._answer(call)
         finally:
@@ -293,6 +315,8 @@ class FakeSlack:
             "auth.test": self._auth_test,
             "chat.postMessage": self._post_message,
             "chat.update": self._update,
+            "conversations.history": self._history,
+            "conversations.replies": self._replies,
             "files.info": self._files_info,
             "assistant.threads.setStatus": self._set_status,
             "apps.connections.open": self._connections_open,
@@ -331,6 +355,33 @@ class FakeSlack:
         self.messages.append(message)
         body = {"type": "message", "user": self.bot_user_id, "bot_id": self.bot_id}
         return _ok({"channel": channel, "ts": ts, "message": {**body, "text": text, "ts": ts}})
+
+    def _history(self, call: Call) -> web.Response:
+        """The channel's messages newer than `oldest` (newest first), ours only:
+        people's messages reach us as events, not through the fake's store."""
+        channel, oldest = call.args.get("channel"), float(call.args.get("oldest") or 0)
+        found = [m for m in self.messages if m["channel"] == channel and float(m["ts"]) > oldest]
+        return _ok({"messages": [self._as_read(m) for m in reversed(found)], "has_more": False})
+
+    def _replies(self, call: Call) -> web.Response:
+        channel, thread = call.args.get("channel"), call.args.get("ts")
+        oldest = float(call.args.get("oldest") or 0)
+        found = [
+            m
+            for m in self.messages
+            if m["channel"] == channel and m.get("thread_ts") == thread and float(m["ts"]) > oldest
+        ]
+        return _ok({"messages": [self._as_read(m) for m in found], "has_more": False})
+
+    def _as_read(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "text": message["text"],
+            "ts": message["ts"],
+            **({"thread_ts": message["thread_ts"]} if message.get("thread_ts") else {}),
+        }
 
     def _update(self, call: Call) -> web.Response:
         for message in self.messages:

@@ -62,6 +62,10 @@ BOT_USERNAME = "switchboard_test_bot"
 MAX_TEXT = 4096
 CLOUD_FILE_LIMIT = 20 * 1024 * 1024
 _COMMAND = re.compile(r"[a-z0-9_]{1,32}")
+_POLL_CONFLICT = (
+    "Conflict: terminated by other getUpdates request; "
+    "make sure that only one bot instance is running"
+)
 _WEBHOOK_CONFLICT = (
     "Conflict: can't use getUpdates method while webhook is active; "
     "use deleteWebhook to delete the webhook first"
@@ -100,6 +104,10 @@ class FakeTelegram:
         self._updates: list[dict[str, Any]] = []
         self._confirmed = 0
         self._allowed: list[str] | None = None
+        self._polls = 0
+        self.poll_conflicts = 0
+        """getUpdates calls cut short by another one, as Telegram does (409): two
+        clients polling the same bot."""
         self._next_update = itertools.count(1000)
         self._next_message = itertools.count(1)
         self._messages: dict[tuple[str, int], str] = {}
@@ -328,8 +336,14 @@ class FakeTelegram:
                 self._updates = [u for u in self._updates if u["update_id"] >= offset]
         deadline = time.monotonic() + float(params.get("timeout") or 0)
         limit = int(params.get("limit") or 100)
+        with self._lock:
+            self._polls += 1
+            mine = self._polls
         while True:
             with self._lock:
+                if self._polls != mine:  # another client polled meanwhile
+                    self.poll_conflicts += 1
+                    raise Refused(ApiError(409, _POLL_CONFLICT))
                 ready = [u for u in self._updates if self._wanted(u)][:limit]
             if ready or time.monotonic() >= deadline:
                 return ready

@@ -1,0 +1,295 @@
+"""Monthly token budgets.
+
+Every change is one atomic SQL statement (no read-modify-write), so concurrent
+runs never lose a charge: `used` climbs to the allowance and what a run spent
+beyond it is added to `overage`, so real consumption stays visible.
+
+Before each LLM call its estimate is reserved (`reserve`: one statement that
+fails when `used + reserved + estimate` would pass the allowance); after the
+call the reservation is settled to the real usage (`settle`). Concurrent calls
+of one user therefore cannot together spend past the allowance. A reservation
+whose process died is never settled: `reserved_until` (pushed forward by every
+reservation, past the longest a call can take) makes such leftovers count as
+0 once no call can still be holding them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import BigInteger, ColumnElement, bindparam, case, update
+from sqlmodel import col
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from bot.accounts.identity import UserRecord, current_period
+from bot.config import BudgetSettings
+from bot.errors import BudgetExceeded
+from bot.store import Store
+from bot.store.models import Budget
+from bot.types import Role, utcnow
+
+log = logging.getLogger("switchboard.budget")
+
+LimitMode = Literal["role", "fixed", "unlimited"]
+
+
+def period_end(period: str) -> datetime:
+    """The first instant of the month after `period` ("YYYY-MM"), UTC."""
+    year, month = (int(part) for part in period.split("-"))
+    return datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    period: str
+    allowance: int | None
+    """Base allowance for the period (None: unlimited), without `granted`."""
+    granted: int
+    used: int
+    overage: int
+    limit_mode: str
+
+    @property
+    def limit(self) -> int | None:
+        return None if self.allowance is None else self.allowance + self.granted
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.limit is None else max(self.limit - self.used, 0)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining == 0
+
+    @property
+    def resets_at(self) -> datetime:
+        return period_end(self.period)
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    used: int
+    overage: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Tokens reserved for one LLM call."""
+
+    user_id: int
+    role: Role
+    tokens: int
+
+
+class Budgets:
+    def __init__(self, store: Store, defaults: BudgetSettings, hold_seconds: float = 900.0) -> None:
+        self._store = store
+        self._defaults = defaults
+        self._hold = timedelta(seconds=hold_seconds)
+        """How long a reservation can be outstanding (longer than any LLM call)."""
+
+    def role_allowance(self, role: Role) -> int | None:
+        return self._defaults.for_role(role)
+
+    async def status(
+        self, user_id: int, role: Role, session: AsyncSession | None = None
+    ) -> BudgetStatus:
+        if session is None:
+            async with self._store.read() as own:
+                row = await own.get(Budget, user_id)
+        else:
+            row = await session.get(Budget, user_id)
+        if row is None:
+            return BudgetStatus(current_period(), self.role_allowance(role), 0, 0, 0, "role")
+        allowance = self._allowance(row.limit_mode, row.limit_tokens, role)
+        if row.period != current_period():  # a new month: nothing used yet
+            return BudgetStatus(current_period(), allowance, 0, 0, 0, row.limit_mode)
+        return BudgetStatus(
+            row.period, allowance, row.granted, row.used, row.overage, row.limit_mode
+        )
+
+    async def check(self, user: UserRecord, session: AsyncSession | None = None) -> BudgetStatus:
+        """Raise `BudgetExceeded` when the user has no tokens left this period."""
+        status = await self.status(user.id, user.role, session)
+        if status.exhausted:
+            raise BudgetExceeded(
+                f"monthly token budget spent ({status.used}/{status.limit}); "
+                f"resets {status.resets_at:%Y-%m-%d}"
+            )
+        return status
+
+    async def charge(
+        self, session: AsyncSession, user_id: int, role: Role, tokens: int
+    ) -> Charge | None:
+        """Charge `tokens` inside the caller's transaction, atomically."""
+        if tokens <= 0:
+            return None
+        charged = await self._charge(session, user_id, role, tokens)
+        if charged is None:  # first charge of a new period (or no budget row)
+            await self._roll_period(session, user_id)
+            charged = await self._charge(session, user_id, role, tokens)
+        if charged is None:
+            log.error("budget.missing user=%s tokens=%s (no budget row)", user_id, tokens)
+        return charged
+
+    async def reserve(self, user_id: int, role: Role, tokens: int) -> Hold | None:
+        """Reserve `tokens` if the allowance still covers them on top of what is
+        used and reserved; None when it does not. Unlimited budgets always fit."""
+        async with self._store.write() as session:
+            held = await self._reserve(session, user_id, role, tokens)
+            if held is None and await self._roll_period(session, user_id) == 0:
+                if await session.get(Budget, user_id) is None:
+                    await self._ensure_row(session, user_id)
+                    held = await self._reserve(session, user_id, role, tokens)
+            elif held is None:  # a new month began: try again on the fresh period
+                held = await self._reserve(session, user_id, role, tokens)
+        return Hold(user_id, role, tokens) if held else None
+
+    async def _reserve(self, session: AsyncSession, user_id: int, role: Role, tokens: int) -> bool:
+        now = utcnow()
+        cap = self._cap_expression(role)
+        live = case(
+            (col(Budget.reserved_until).is_(None) | (col(Budget.reserved_until) < now), 0),
+            else_=col(Budget.reserved),
+        )
+        until = case(
+            (
+                col(Budget.reserved_until).is_(None)
+                | (col(Budget.reserved_until) < now + self._hold),
+                now + self._hold,
+            ),
+            else_=col(Budget.reserved_until),
+        )
+        stmt = (
+            update(Budget)
+            .where(
+                col(Budget.user_id) == user_id,
+                col(Budget.period) == current_period(),
+                cap.is_(None) | (col(Budget.used) + live + tokens <= cap),
+            )
+            .values(reserved=live + tokens, reserved_until=until)
+            .returning(col(Budget.reserved))
+        )
+        return (await session.exec(stmt)).first() is not None
+
+    async def settle(
+        self, hold: Hold, tokens: int, session: AsyncSession | None = None
+    ) -> Charge | None:
+        """Release `hold` and charge what the call really used (in `session`'s
+        transaction when given)."""
+        if session is None:
+            async with self._store.write() as own:
+                return await self.settle(hold, tokens, own)
+        await session.exec(
+            update(Budget)
+            .where(col(Budget.user_id) == hold.user_id)
+            .values(
+                reserved=case(
+                    (col(Budget.reserved) > hold.tokens, col(Budget.reserved) - hold.tokens),
+                    else_=0,
+                )
+            )
+        )
+        return await self.charge(session, hold.user_id, hold.role, tokens)
+
+    async def available(self, user_id: int, role: Role) -> int | None:
+        """Tokens a new reservation could take now (None: unlimited)."""
+        async with self._store.read() as session:
+            row = await session.get(Budget, user_id)
+        status = await self.status(user_id, role)
+        if status.limit is None:
+            return None
+        reserved = 0
+        if row is not None and row.period == status.period and row.reserved_until is not None:
+            reserved = row.reserved if row.reserved_until >= utcnow() else 0
+        return max(status.limit - status.used - reserved, 0)
+
+    async def _charge(
+        self, session: AsyncSession, user_id: int, role: Role, tokens: int
+    ) -> Charge | None:
+        cap = self._cap_expression(role)
+        fits = cap.is_(None) | (col(Budget.used) + tokens <= cap)
+        already_full = col(Budget.used) >= cap
+        stmt = (
+            update(Budget)
+            .where(col(Budget.user_id) == user_id, col(Budget.period) == current_period())
+            .values(
+                used=case(
+                    (fits, col(Budget.used) + tokens),
+                    (already_full, col(Budget.used)),
+                    else_=cap,
+                ),
+                overage=col(Budget.overage)
+                + case(
+                    (fits, 0),
+                    (already_full, tokens),
+                    else_=col(Budget.used) + tokens - cap,
+                ),
+                updated_at=utcnow(),
+            )
+            .returning(col(Budget.used), col(Budget.overage))
+        )
+        row = (await session.exec(stmt)).first()
+        return None if row is None else Charge(used=int(row[0]), overage=int(row[1]))
+
+    async def set_limit(self, user_id: int, mode: LimitMode, tokens: int | None = None) -> None:
+        async with self._store.write() as session:
+            await self._ensure_row(session, user_id)
+            await session.exec(
+                update(Budget)
+                .where(col(Budget.user_id) == user_id)
+                .values(limit_mode=mode, limit_tokens=tokens, updated_at=utcnow())
+            )
+
+    async def grant(self, user_id: int, tokens: int) -> None:
+        async with self._store.write() as session:
+            await self._ensure_row(session, user_id)
+            await self._roll_period(session, user_id)
+            await session.exec(
+                update(Budget)
+                .where(col(Budget.user_id) == user_id)
+                .values(granted=col(Budget.granted) + tokens, updated_at=utcnow())
+            )
+
+    async def reset(self, user_id: int) -> None:
+        async with self._store.write() as session:
+            await self._ensure_row(session, user_id)
+            await session.exec(
+                update(Budget)
+                .where(col(Budget.user_id) == user_id)
+                .values(used=0, overage=0, period=current_period(), updated_at=utcnow())
+            )
+
+    def _allowance(self, mode: str, tokens: int | None, role: Role) -> int | None:
+        if mode == "unlimited":
+            return None
+        if mode == "fixed":
+            return tokens
+        return self.role_allowance(role)
+
+    def _cap_expression(self, role: Role) -> ColumnElement[Any]:
+        """allowance + granted, computed by the database (NULL = unlimited)."""
+        role_limit = bindparam("role_limit", self.role_allowance(role), type_=BigInteger)
+        allowance = case(
+            (col(Budget.limit_mode) == "unlimited", None),
+            (col(Budget.limit_mode) == "fixed", col(Budget.limit_tokens)),
+            else_=role_limit,
+        )
+        return allowance + col(Budget.granted)
+
+    async def _roll_period(self, session: AsyncSession, user_id: int) -> int:
+        period = current_period()
+        result = await session.exec(
+            update(Budget)
+            .where(col(Budget.user_id) == user_id, col(Budget.period) != period)
+            .values(period=period, used=0, overage=0, granted=0, updated_at=utcnow())
+        )
+        return int(result.rowcount or 0)
+
+    async def _ensure_row(self, session: AsyncSession, user_id: int) -> None:
+        if await session.get(Budget, user_id) is None:
+            session.add(Budget(user_id=user_id, period=current_period()))
+            await session.flush()

@@ -1,0 +1,330 @@
+"""Wiring and lifecycle: store, provider, tools, pipeline, adapters.
+
+`App.open()` prepares everything that does not talk to a chat platform
+(database upgrade, persona sync, provider); `start_adapters()` loads the
+adapters named in config lazily, so a platform library is only imported when
+that platform is enabled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from bot.accounts.audit import Audit
+from bot.accounts.budgets import Budgets
+from bot.accounts.identity import Identity
+from bot.agent.compaction import Summarizer
+from bot.agent.events import EventBus
+from bot.agent.executor import ToolExecutor
+from bot.agent.flush import MemoryFlush
+from bot.agent.guard import Guard
+from bot.agent.loop import AgentLoop
+from bot.app.wiring import build_extras
+from bot.commands.core import core_commands
+from bot.commands.registry import Commands, CommandSpec
+from bot.config import Secrets, Settings
+from bot.conversations import Conversations
+from bot.errors import ConfigError, StartupError
+from bot.personas import sync_personas
+from bot.pipeline.compactor import Compactor
+from bot.pipeline.control import RunControl, stop_command
+from bot.pipeline.handle import Pipeline
+from bot.pipeline.intake import Inbox
+from bot.pipeline.outbox import Outbox
+from bot.pipeline.persist import Spool, TurnWriter
+from bot.pipeline.recovery import Housekeeper
+from bot.pipeline.services import Services
+from bot.ports import Adapter, Provider, Tool, WebHooks
+from bot.scheduling.scheduler import Scheduler
+from bot.scheduling.wakeups import Clock
+from bot.store import Store
+from bot.store.coordination import Coordination
+from bot.store.instances import Instances
+from bot.store.leases import Leases
+from bot.store.memories import MemoryStore
+from bot.tools.builtin import core_tools
+from bot.tools.errors import ErrorChannel
+from bot.tools.memory import memory_tools
+from bot.tools.registry import ToolRegistry
+from bot.tools.results import GetToolResult, ResultStore
+from bot.types import utcnow
+from bot.web.server import WebServer
+
+log = logging.getLogger("switchboard.app")
+
+EXTRAS = {"telegram": "telegram", "slack": "slack", "discord": "discord"}
+HEALTH_TIMEOUT_S = 0.8
+"""/healthz answers within a second, even when the database does not."""
+
+
+def make_provider(settings: Settings, secrets: Secrets) -> Provider:
+    from bot.llm.anthropic import AnthropicProvider
+
+    return AnthropicProvider(
+        api_key=secrets.require("anthropic_api_key"),
+        base_url=settings.llm.base_url,
+        max_retries=settings.llm.max_retries,
+        timeout=settings.llm.timeout_seconds,
+    )
+
+
+@dataclass
+class App:
+    settings: Settings
+    secrets: Secrets
+    provider: Provider | None = None
+    extra_tools: Sequence[Tool] = ()
+    clock: Clock = utcnow
+    """The scheduler's clock (tests pass a controllable one)."""
+    instance: str = field(default_factory=lambda: instance_name())
+    """This process in leases (`bot.pipeline.intake`)."""
+    store: Store = field(init=False)
+    housekeeper: Housekeeper = field(init=False)
+    pipeline: Pipeline = field(init=False)
+    scheduler: Scheduler = field(init=False)
+    adapters: list[Adapter] = field(default_factory=list, init=False)
+    web: WebServer | None = field(default=None, init=False)
+
+    async def open(self) -> Pipeline:
+        if self.provider is None:
+            self.provider = make_provider(self.settings, self.secrets)
+        self.store = Store(
+            self.settings.database.url,
+            echo=self.settings.database.echo,
+            busy_timeout_ms=self.settings.database.busy_timeout_ms,
+            schema=self.settings.database.schema_name,
+            pool_size=self.settings.database.pool_size,
+            max_overflow=self.settings.database.max_overflow,
+            pool_timeout=self.settings.database.pool_timeout_seconds,
+        )
+        await self.store.upgrade()
+        personas = await sync_personas(self.store, self.settings.personas.dir)
+        errors = ErrorChannel(self.store)
+        agent, llm, durable = self.settings.agent, self.settings.llm, self.settings.inbox
+        memories = MemoryStore(self.store)
+        results = ResultStore(self.store, agent.tool_result_max_chars)
+        memory = memory_tools(memories) if agent.memory else []
+        hold = agent.run_timeout_seconds + llm.timeout_seconds * (llm.max_retries + 1) + 60
+        budgets = Budgets(self.store, self.settings.budgets, hold_seconds=hold)
+        leases = Leases(self.store, self.instance, durable.lease_seconds)
+        coordination = Coordination(self.store, leases, self.settings.database.schema_name)
+        inbox = Inbox(self.store, self.instance, durable.lease_seconds)
+        outbox = Outbox(self.store, self.instance, durable.lease_seconds)
+        spool = Spool(spool_path(self.settings))
+        writer = TurnWriter(
+            self.store, budgets, outbox, spool, llm.prices, durable.write_retry_seconds
+        )
+        conversations = Conversations(self.store)
+        audit = Audit(self.store)
+        identity = Identity(self.store, self.settings.admin.owners)
+        extras = build_extras(
+            self.settings,
+            self.store,
+            identity,
+            budgets,
+            conversations,
+            personas,
+            audit,
+            self.clock,
+            self.instance,
+            leases,
+        )
+        self.scheduler = extras.scheduler
+        tools = ToolRegistry(
+            [
+                *core_tools(errors),
+                GetToolResult(results),
+                *memory,
+                *extras.tools,
+                *self.extra_tools,
+            ]
+        )
+        commands = Commands([], audit)
+        control = RunControl(agent.max_concurrent)
+        spec_list: list[CommandSpec] = core_commands(conversations, commands.specs)
+        spec_list.append(stop_command(control, conversations, leases, coordination))
+        for spec in [*spec_list, *extras.commands]:
+            commands.add(spec)
+        bus = EventBus()
+        executor = ToolExecutor(
+            errors, timeout=self.settings.llm.tool_timeout_seconds, results=results
+        )
+        summarizer = Summarizer(
+            self.provider,
+            self.settings.llm.fast_model,
+            max_tokens=agent.summary_max_tokens,
+            timeout=agent.summary_timeout_seconds,
+        )
+        flush = None
+        if agent.memory and agent.memory_flush:
+            flush = MemoryFlush(
+                AgentLoop(self.provider, executor),  # internal: no events
+                [t for t in memory if t.name != "memory_get"],
+                messages=agent.memory_flush_messages,
+                iterations=agent.memory_flush_iterations,
+                timeout=agent.memory_flush_timeout_seconds,
+            )
+        self.pipeline = Pipeline(
+            Services(
+                settings=self.settings,
+                store=self.store,
+                identity=identity,
+                budgets=budgets,
+                personas=personas,
+                conversations=conversations,
+                commands=commands,
+                tools=tools,
+                agent=AgentLoop(self.provider, executor, summarizer=summarizer, bus=bus),
+                inbox=inbox,
+                outbox=outbox,
+                writer=writer,
+                leases=leases,
+                coordination=coordination,
+                control=control,
+                bus=bus,
+                guard=Guard(agent.guard_mode, agent.max_message_chars),
+                memories=memories,
+                compactor=Compactor(
+                    self.store, conversations, summarizer, flush, budgets, self.settings, leases
+                ),
+            )
+        )
+        self.housekeeper = Housekeeper(
+            self.pipeline,
+            self.store,
+            inbox,
+            outbox,
+            spool,
+            budgets,
+            durable,
+            leases=leases,
+            coordination=coordination,
+            instances=Instances(self.store, self.instance),
+            renewals=[self.scheduler.jobs.renew],
+            takeovers=[self.scheduler.take_over_fires],
+        )
+        return self.pipeline
+
+    def start_recovery(self, platforms: Sequence[str] | None = None) -> None:
+        """Take over (now and every `[inbox] sweep_seconds`) what dead processes
+        left for `platforms` (default: the attached adapters')."""
+        self.housekeeper.start(
+            [a.platform for a in self.adapters] if platforms is None else platforms
+        )
+
+    async def start_scheduler(self, platforms: Sequence[str] | None = None) -> None:
+        """Start scheduled wakeups for `platforms` (default: the attached adapters')."""
+        if not self.settings.scheduler.enabled:
+            return
+        served = [a.platform for a in self.adapters] if platforms is None else platforms
+        await self.scheduler.start(self.pipeline, served)
+
+    async def start_adapters(self, platforms: Sequence[str]) -> None:
+        """Create the adapters named in config and start them."""
+        await self.start([load_adapter(name, self.settings, self.secrets) for name in platforms])
+
+    async def start(self, created: Sequence[Adapter]) -> None:
+        """Serve the adapters' HTTP routes (and /healthz), then start them."""
+        server = self.settings.server
+        self.web = WebServer(server.host, server.port, self._health)
+        for adapter in created:
+            if isinstance(adapter, WebHooks):
+                self.web.add_routes(adapter.routes())
+        await self.web.start()
+        for adapter in created:
+            self.pipeline.attach(adapter)
+            await adapter.start(self.pipeline)
+            self.adapters.append(adapter)
+            log.info("adapter.started platform=%s", adapter.platform)
+
+    async def _health(self) -> dict[str, object]:
+        await asyncio.wait_for(self.store.ping(), HEALTH_TIMEOUT_S)
+        return {"database": "ok", "adapters": [a.platform for a in self.adapters]}
+
+    def attach(self, adapter: Adapter) -> None:
+        self.pipeline.attach(adapter)
+        self.adapters.append(adapter)
+
+    async def close(self, drain_timeout: float = 30.0) -> None:
+        """Stop intake, let running work finish (up to `drain_timeout`), hand
+        back what is left (its leases end now, so the next process takes it at
+        once), then stop the adapters."""
+        if hasattr(self, "pipeline"):
+            self.pipeline.close_intake()
+            await self.housekeeper.stop()
+        if hasattr(self, "scheduler"):
+            await self.scheduler.stop(drain_timeout)
+        if hasattr(self, "pipeline"):
+            await self.pipeline.drain(drain_timeout)
+            await self._hand_back()
+        for adapter in reversed(self.adapters):
+            try:
+                await adapter.stop()
+            except Exception:
+                log.exception("adapter.stop_failed platform=%s", adapter.platform)
+        if self.web is not None:
+            await self.web.stop()
+        if self.provider is not None:
+            await self.provider.aclose()
+        if hasattr(self, "store"):
+            await self.store.dispose()
+
+    async def _hand_back(self) -> None:
+        s = self.pipeline.s
+        try:
+            messages = await s.inbox.release()
+            replies = await s.outbox.release()
+            fires = await self.scheduler.jobs.release()
+            await s.leases.release_all()
+            await s.coordination.close()
+            await Instances(self.store, self.instance).remove()
+        except Exception:
+            log.exception("shutdown.hand_back_failed (leases expire on their own)")
+            return
+        if messages or replies or fires:
+            log.info(
+                "shutdown.handed_back messages=%d replies=%d fires=%d", messages, replies, fires
+            )
+
+
+def instance_name() -> str:
+    """This process, as it appears in leases: host, pid and a random tag."""
+    return f"{socket.gethostname()[:80]}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def spool_path(settings: Settings) -> Path:
+    if settings.inbox.spool_path is not None:
+        return settings.inbox.spool_path
+    url = make_url(settings.database.url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        return Path(url.database).expanduser().with_suffix(".spool.jsonl")
+    return Path("data/spool.jsonl")
+
+
+def load_adapter(name: str, settings: Settings, secrets: Secrets) -> Adapter:
+    """Import `adapters.<name>` only now, and build its adapter."""
+    try:
+        module = importlib.import_module(f"adapters.{name}")
+        factory = module.create_adapter
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get(name)
+        if extra and exc.name and not exc.name.startswith("adapters"):
+            raise ConfigError(
+                f"[{name}] is enabled but its library is missing ({exc.name}); "
+                f"install it with: pip install 'switchboard[{extra}]'"
+            ) from None
+        raise ConfigError(f"no adapter named {name!r}") from None
+    except AttributeError:
+        raise StartupError(f"adapters.{name} has no create_adapter()") from None
+    adapter: Adapter = factory(settings, secrets)
+    return adapter

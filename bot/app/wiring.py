@@ -1,0 +1,75 @@
+"""Wiring of the scheduler, its tools, and the admin commands (used by `bot.app`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from bot.accounts.audit import Audit
+from bot.accounts.budgets import Budgets
+from bot.accounts.directory import Directory
+from bot.accounts.identity import Identity
+from bot.accounts.linking import Linking
+from bot.accounts.ops import AdminOps
+from bot.accounts.usage import UsageBook
+from bot.commands.admin import AdminServices, admin_commands
+from bot.commands.registry import CommandSpec
+from bot.config import Settings
+from bot.conversations import Conversations
+from bot.personas import PersonaBook
+from bot.ports import Tool
+from bot.scheduling.heartbeat import Heartbeats
+from bot.scheduling.jobs import Jobs
+from bot.scheduling.scheduler import Scheduler
+from bot.scheduling.wakeups import Clock, Wakeups
+from bot.store import Store
+from bot.store.leases import Leases
+from bot.tools.schedule import schedule_tools
+from bot.types import utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class Extras:
+    scheduler: Scheduler
+    tools: list[Tool]
+    commands: list[CommandSpec]
+    ops: AdminOps
+
+
+def build_extras(
+    settings: Settings,
+    store: Store,
+    identity: Identity,
+    budgets: Budgets,
+    conversations: Conversations,
+    personas: PersonaBook,
+    audit: Audit,
+    clock: Clock = utcnow,
+    instance: str = "",
+    leases: Leases | None = None,
+) -> Extras:
+    directory = Directory(store, identity)
+    ops = AdminOps(budgets, directory, UsageBook(store), audit)
+    jobs = Jobs(store, instance, settings.inbox.lease_seconds)
+    config = settings.scheduler
+    scheduler = Scheduler(
+        config,
+        jobs,
+        Wakeups(config, store, jobs, directory, conversations, clock),
+        Heartbeats(
+            store,
+            personas,
+            conversations,
+            directory,
+            timedelta(minutes=config.heartbeat_idle_minutes),
+            leases,
+        ),
+        directory,
+        budgets,
+        clock,
+    )
+    services = AdminServices(
+        store, ops, conversations, personas, Linking(store, identity, budgets, audit, clock)
+    )
+    tools = schedule_tools(scheduler, config) if config.enabled else []
+    return Extras(scheduler, tools, admin_commands(services), ops)

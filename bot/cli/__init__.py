@@ -1,0 +1,89 @@
+"""`switchboard run | chat | db … | trace … | personas … | admin … | jobs …`.
+
+One module per command group, each adding its subcommands with `register`.
+Exit status: 0 ok, 1 startup/runtime failure, 2 bad configuration or usage.
+Errors are one line on stderr; `--debug` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bot import __version__
+from bot.cli import admin, chat, db, jobs, personas, run, trace
+from bot.cli.common import Command
+from bot.config import Secrets, load_settings
+from bot.errors import BotError, ConfigError
+from bot.logs import setup_logging
+
+log = logging.getLogger("switchboard.cli")
+
+GROUPS = (run, chat, db, trace, personas, admin, jobs)
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="settings file (default ./config.toml, else built-in defaults)",
+    )
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging and tracebacks on errors",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="switchboard", parents=[common], description="One AI agent on every chat platform."
+    )
+    parser.add_argument("--version", action="version", version=f"switchboard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in GROUPS:
+        group.register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    debug = getattr(args, "debug", False)
+    try:
+        settings = load_settings(getattr(args, "config", None))
+    except ConfigError as exc:
+        print(f"switchboard: config error: {exc}", file=sys.stderr)
+        return 2
+    secrets = Secrets.from_env()
+    setup_logging(
+        "DEBUG" if debug else settings.logging.level, settings.logging.format, secrets.values()
+    )
+    func: Command = args.func
+    try:
+        return asyncio.run(func(args, settings, secrets))
+    except KeyboardInterrupt:
+        return 130
+    except ConfigError as exc:
+        _fail(f"config error: {exc}", debug)
+        return 2
+    except BotError as exc:
+        _fail(str(exc), debug)
+        return 1
+    except Exception as exc:
+        _fail(f"unexpected error: {type(exc).__name__}: {exc}", debug)
+        return 1
+
+
+def _fail(message: str, debug: bool) -> None:
+    if debug:
+        log.exception("fatal")
+    print(f"switchboard: {message}", file=sys.stderr)

@@ -1,0 +1,55 @@
+"""`switchboard run`: every enabled platform adapter, until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from typing import Any
+
+from bot.app import App
+from bot.cli.chat import chat_in_terminal
+from bot.config import Secrets, Settings
+
+log = logging.getLogger("switchboard.cli")
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    run = sub.add_parser("run", parents=[common], help="start every enabled platform adapter")
+    run.set_defaults(func=cmd_run)
+
+
+async def cmd_run(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    platforms = settings.enabled_platforms()
+    app = App(settings, secrets)
+    try:
+        await app.open()
+        if not platforms:
+            print(
+                "switchboard: no chat platform is enabled ([telegram], [slack] or [discord] "
+                "enabled = true in config).",
+                file=sys.stderr,
+            )
+            if sys.stdin.isatty():
+                return await chat_in_terminal(app, settings, None)
+            return 1
+        await app.start_adapters(platforms)
+        await app.start_scheduler()
+        app.start_recovery()
+        await _wait_for_stop()
+        return 0
+    finally:
+        await app.close(settings.inbox.drain_seconds)
+
+
+async def _wait_for_stop() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutdown requested; draining")

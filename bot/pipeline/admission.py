@@ -1,0 +1,77 @@
+"""Admission: how many messages may be working the CPU and the database at
+once (`[inbox] max_busy`).
+
+A message takes a slot once it is in the inbox, and gives it up whenever it
+only waits: for its turn in its conversation, or for the model. Under a burst
+(hundreds of messages a second) the rest wait in the inbox, already
+acknowledged, instead of all queueing at once for connections and the event
+loop; so intake, `/healthz` and the runs in progress stay responsive. Waiting
+on the model is free, so thousands of conversations can wait on it at once.
+
+The slot of the message being handled is in a context variable, so the
+agent loop (a task of its own, which inherits the context) can give it up
+around each LLM call without it being passed down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+
+
+class Slot:
+    def __init__(self, semaphore: asyncio.Semaphore) -> None:
+        self._semaphore = semaphore
+        self.held = False
+
+    async def take(self) -> None:
+        if not self.held:
+            await self._semaphore.acquire()
+            self.held = True
+
+    def give_up(self) -> None:
+        if self.held:
+            self.held = False
+            self._semaphore.release()
+
+
+current_slot: ContextVar[Slot | None] = ContextVar("current_slot", default=None)
+
+
+class Admission:
+    def __init__(self, limit: int) -> None:
+        self._semaphore = asyncio.Semaphore(limit)
+        self.limit = limit
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[Slot]:
+        """A slot for the current message, given up on exit whatever happens."""
+        slot = Slot(self._semaphore)
+        token = current_slot.set(slot)
+        try:
+            await slot.take()
+            yield slot
+        finally:
+            slot.give_up()
+            current_slot.reset(token)
+
+    @property
+    def waiting(self) -> bool:
+        return self._semaphore.locked()
+
+
+@contextlib.asynccontextmanager
+async def waiting() -> AsyncIterator[None]:
+    """Around a wait (the model, a lock): the current message's slot is free
+    meanwhile, and taken back after."""
+    slot = current_slot.get()
+    if slot is None:
+        yield
+        return
+    slot.give_up()
+    try:
+        yield
+    finally:
+        await slot.take()

@@ -1,0 +1,170 @@
+"""Delivery: a reply is stored in the outbox first, then sent through the
+platform's adapter, part by part, each part recorded as it goes; a reply that
+cannot be delivered is recorded in `delivery_failures`, never lost silently.
+Also the typing indicator shown while a run goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+from bot.pipeline.intake import Inbox
+from bot.pipeline.outbox import Outbox, OutboxProgress, Outgoing
+from bot.ports import Adapter, FileFetcher
+from bot.store import Store
+from bot.store.models import DeliveryFailure
+from bot.types import IncomingMessage, Reply
+
+log = logging.getLogger("switchboard.pipeline")
+
+TYPING_INTERVAL_S = 4.0
+
+
+class Delivery:
+    def __init__(self, store: Store, inbox: Inbox, outbox: Outbox) -> None:
+        self._store = store
+        self.inbox = inbox
+        self.outbox = outbox
+        self._adapters: dict[str, Adapter] = {}
+
+    def attach(self, adapter: Adapter) -> None:
+        self._adapters[adapter.platform] = adapter
+
+    @property
+    def platforms(self) -> list[str]:
+        return list(self._adapters)
+
+    async def fetch_files(self, msg: IncomingMessage) -> IncomingMessage:
+        """`msg` with its files downloaded, when its adapter fetches them late."""
+        missing = any(a.data is None and a.problem is None for a in msg.attachments)
+        adapter = self._adapters.get(msg.platform)
+        if missing and isinstance(adapter, FileFetcher):
+            return await adapter.fetch_files(msg)
+        return msg
+
+    async def conclude(
+        self,
+        msgs: Sequence[IncomingMessage],
+        state: str,
+        replies: Sequence[Reply] = (),
+        *,
+        deliver: bool = True,
+        error: str | None = None,
+    ) -> list[Outgoing]:
+        """Record the final state of `msgs` and store their `replies` (when this
+        side delivers them), in one transaction. Returns the replies to send."""
+        keys = [m.dedupe_key for m in msgs if m.dedupe_key and m.source == "user"]
+        stored = list(replies) if deliver else []
+        if not keys and not stored:
+            return []
+        async with self._store.write() as session:
+            if keys:
+                await self.inbox.finish(msgs[0].platform, keys, state, error=error, session=session)
+            return await self.outbox.add(session, stored)
+
+    async def send_all(self, items: Sequence[Outgoing]) -> None:
+        for item in items:
+            await self.deliver(item)
+
+    async def send_unstored(self, reply: Reply) -> bool:
+        """Send a reply the database could not store (its turn is spooled)."""
+        adapter = self._adapters.get(reply.target.platform)
+        try:
+            if adapter is None:
+                raise LookupError(f"no adapter running for platform {reply.target.platform!r}")
+            await adapter.send(reply)
+            return True
+        except Exception as exc:
+            await self.record_failure(reply, exc)
+            return False
+
+    async def send(self, reply: Reply) -> bool:
+        """Store the reply in the outbox, then deliver it."""
+        stored = await self.outbox.store([reply])
+        return all([await self.deliver(item) for item in stored])
+
+    async def deliver(self, item: Outgoing) -> bool:
+        """Send one stored reply (after the parts already sent); the row records
+        how it ended. A failure is recorded, never lost."""
+        reply = item.reply
+        progress = OutboxProgress(
+            self.outbox, item.id, list(item.done), item.resumed, item.created_at
+        )
+        adapter = self._adapters.get(reply.target.platform)
+        try:
+            if adapter is None:
+                raise LookupError(f"no adapter running for platform {reply.target.platform!r}")
+            await adapter.send(reply, progress)
+        except Exception as exc:
+            await self.record_failure(reply, exc)
+            await self._finish(item.id, "failed", progress.parts, f"{type(exc).__name__}: {exc}")
+            return False
+        await self._finish(item.id, "sent", progress.parts)
+        return True
+
+    async def _finish(
+        self, outbox_id: int, state: str, parts: list[str], error: str | None = None
+    ) -> None:
+        """Record how a delivery ended; retried for a while, because a row left
+        pending would be sent again once its lease expires."""
+        for delay in (0.2, 0.5, 1.0, 2.0, 4.0, 0.0):
+            try:
+                await self.outbox.finish(outbox_id, state, parts, error)
+                return
+            except Exception:
+                if not delay:
+                    log.exception("outbox.not_finished outbox=%s state=%s", outbox_id, state)
+                    return
+                await asyncio.sleep(delay)
+
+    async def record_failure(self, reply: Reply, error: BaseException) -> None:
+        """Log and store a reply that could not be delivered (`delivery_failures`)."""
+        target = reply.target
+        reason = f"{type(error).__name__}: {error}"
+        log.error(
+            "delivery.failed platform=%s channel=%s thread=%s reason=%s",
+            target.platform,
+            target.channel_id,
+            target.thread_id,
+            reason,
+        )
+        try:
+            async with self._store.write() as session:
+                session.add(
+                    DeliveryFailure(
+                        platform=target.platform,
+                        conversation_key=target.conversation_key,
+                        channel_id=target.channel_id,
+                        thread_id=target.thread_id,
+                        text=reply.text,
+                        reason=reason[:2000],
+                    )
+                )
+        except Exception:
+            log.exception("delivery.failure_not_recorded platform=%s", target.platform)
+
+    @contextlib.asynccontextmanager
+    async def typing(self, msg: IncomingMessage) -> AsyncIterator[None]:
+        adapter = self._adapters.get(msg.platform)
+        if adapter is None or msg.source != "user":
+            yield
+            return
+        target = msg.target()
+
+        async def keep_typing() -> None:
+            while True:
+                try:
+                    await adapter.show_typing(target)
+                except Exception as exc:  # cosmetic: never fail a run over it
+                    log.debug("typing.failed platform=%s: %s", msg.platform, exc)
+                await asyncio.sleep(TYPING_INTERVAL_S)
+
+        task = asyncio.create_task(keep_typing())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

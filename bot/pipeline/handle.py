@@ -1,0 +1,419 @@
+"""One path for every message: gate → inbox → command → resolve → guard →
+run control → agent → outbox → deliver.
+
+`Pipeline.handle` is what adapters (and the scheduler) call. The message is
+stored in the inbox first (`bot.pipeline.intake`); only then is `on_accepted`
+called, so an adapter acknowledges the platform only for what is stored. If
+the inbox cannot take it, `handle` raises (the platform must deliver it
+again); after that it never raises for a per-message failure: failures are
+logged, recorded and answered with a short error notice; the returned
+`Outcome` says what happened. It returns once the message has been answered
+(so a piped terminal chat reads the next line only after the reply): by a run
+it drove, or — "merged" — by the run of its conversation that took it in (see
+`bot.pipeline.control`). The run itself is `bot.pipeline.runner.Runner`.
+
+`resume` runs a message taken over from the inbox (its first process died)
+through the same path. At shutdown `close_intake` refuses new messages, so
+what the platform still holds goes to the next process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import timedelta
+
+from bot.accounts.identity import UserRecord
+from bot.agent.content import user_content
+from bot.agent.guard import BLOCKED_REPLY
+from bot.agent.state import RunInput
+from bot.conversations import ConversationRecord
+from bot.errors import ShuttingDown
+from bot.pipeline.admission import Admission, current_slot, waiting
+from bot.pipeline.control import Batch, Ticket
+from bot.pipeline.delivery import Delivery
+from bot.pipeline.intake import CONVERSATION_LEASE, Taken, with_event_id
+from bot.pipeline.runner import INTERNAL_ERROR_REPLY, Runner
+from bot.pipeline.services import Services
+from bot.ports import Adapter, ChannelMark, CommandInfo, Leadership
+from bot.store.leases import Held
+from bot.store.models import Message
+from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
+
+log = logging.getLogger("switchboard.pipeline")
+
+WAKEUP_LEASE_TRIES = 60
+"""A wakeup waits up to ~30 s for its conversation's run on another instance."""
+
+
+class Pipeline:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        self.events = services.bus
+        """Run events for subscribers (`bot.agent.events`)."""
+        self._delivery = Delivery(services.store, services.inbox, services.outbox)
+        self._runner = Runner(services, self._delivery.conclude, self._adopt_notified)
+        self._active: set[asyncio.Task[object]] = set()
+        self._resuming: set[asyncio.Task[None]] = set()
+        self._left_for_us: set[str] = set()
+        self._held: set[tuple[str, str]] = set()
+        """(platform, event id) of the messages this process is handling."""
+        self._admission = Admission(services.settings.inbox.max_busy)
+        self._closed = False
+
+    # -- adapters -----------------------------------------------------------
+
+    def attach(self, adapter: Adapter) -> None:
+        self._delivery.attach(adapter)
+
+    def command_infos(self) -> Sequence[CommandInfo]:
+        return self.s.commands.infos()
+
+    @property
+    def delivery(self) -> Delivery:
+        return self._delivery
+
+    def close_intake(self) -> None:
+        """Take no new messages (shutdown): `handle` raises `ShuttingDown`."""
+        self._closed = True
+
+    async def drain(self, grace: float) -> None:
+        """Wait for in-flight messages to finish (used at shutdown)."""
+        pending = {t for t in self._active if not t.done()}
+        if pending:
+            log.info("pipeline.draining runs=%d grace=%ss", len(pending), grace)
+            _, late = await asyncio.wait(pending, timeout=grace)
+            for task in late:  # recorded as cancelled while the store is still open
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=grace)
+        await self.s.control.drain(grace)
+
+    async def idle(self) -> None:
+        """Wait for background work (compaction) to finish."""
+        await self.s.control.idle()
+
+    # -- the path -----------------------------------------------------------
+
+    async def handle(
+        self,
+        msg: IncomingMessage,
+        *,
+        deliver: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> Outcome:
+        if self._closed:
+            raise ShuttingDown("shutting down: not taking messages")
+        async with self._tracked():
+            # The gate is a pure check, so it runs first: ignored group chatter
+            # costs no database write.
+            if not self._addressed(msg):
+                if msg.chat_type == "group" and self.s.settings.keep_group_context(msg.platform):
+                    await self._keep_as_context(msg)
+                    return Outcome("context")
+                return Outcome("ignored")
+            msg = with_event_id(msg)
+            # A wakeup's durable record is its job's claimed fire, not the inbox.
+            if msg.source == "user" and not await self.s.inbox.accept(msg, deliver=deliver):
+                return Outcome("duplicate")
+            if on_accepted is not None:  # durably ours: the platform may forget it now
+                on_accepted()
+            self._hold(msg)
+            async with self._admission.slot():
+                return await self._process(msg, deliver)
+
+    async def resume(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome:
+        """Run a message taken over from the inbox (already claimed)."""
+        self._hold(msg)
+        async with self._tracked(), self._admission.slot():
+            return await self._process(msg, deliver)
+
+    def working_on(self, platform: str, event_id: str) -> bool:
+        """Whether this process is already handling that message (its lease may
+        have run out while it waited: the recovery sweep must not run it twice)."""
+        return (platform, event_id) in self._held
+
+    def _hold(self, msg: IncomingMessage) -> None:
+        if msg.source == "user" and msg.dedupe_key:
+            key = (msg.platform, msg.dedupe_key)
+            self._held.add(key)
+            task = asyncio.current_task()
+            if task is not None:
+                task.add_done_callback(lambda _: self._held.discard(key))
+
+    @contextlib.asynccontextmanager
+    async def _tracked(self) -> AsyncIterator[None]:
+        task = asyncio.current_task()
+        if task is not None:
+            self._active.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._active.discard(task)
+
+    async def _process(self, msg: IncomingMessage, deliver: bool) -> Outcome:
+        try:
+            msg = await self._delivery.fetch_files(msg)
+            user = await self.s.identity.resolve(msg)
+            if msg.source == "user" and self.s.commands.is_command(msg.text):
+                return await self._command(msg, user, deliver)
+            conversation = await self.s.conversations.resolve(msg)
+            prepared = await self._prepare(msg, user, conversation, deliver)
+            if isinstance(prepared, Outcome):
+                return prepared
+            item, notices = prepared
+            # Replies of a message answered through the caller's own channel
+            # (deliver=False) must come back to it: such a message runs alone.
+            group = (user.id, msg.source) if deliver and msg.source == "user" else object()
+            async with waiting():  # for our turn: the driver of the run takes a slot
+                outcome = await self.s.control.submit(
+                    conversation.key,
+                    f"{msg.platform}:{msg.platform_channel_id}",
+                    Ticket(item, group),
+                    lambda batch: self._run(batch, user, conversation, deliver),
+                )
+            if outcome.status == "failed" and outcome.run_id is None and not outcome.replies:
+                await self._finish(msg, "failed")  # merged into a run that crashed
+            if notices and not deliver:  # not sent: the caller gets them first
+                outcome = dataclasses.replace(outcome, replies=(*notices, *outcome.replies))
+            return outcome
+        except Exception as exc:
+            log.exception(
+                "pipeline.failed platform=%s conversation=%s", msg.platform, msg.conversation_key
+            )
+            reply = self._reply(msg, INTERNAL_ERROR_REPLY, "error")
+            error = f"{type(exc).__name__}: {exc}"
+            return await self._end(msg, Outcome("failed", (reply,)), deliver, error=error)
+
+    def _addressed(self, msg: IncomingMessage) -> bool:
+        return msg.addressed or not self.s.settings.require_mention(msg.platform)
+
+    async def _command(self, msg: IncomingMessage, user: UserRecord, deliver: bool) -> Outcome:
+        result = await self.s.commands.dispatch(msg, user)
+        reply = self._reply(msg, result.text, "command", private=result.private)
+        return await self._end(msg, Outcome("command", (reply,)), deliver)
+
+    async def _prepare(
+        self,
+        msg: IncomingMessage,
+        user: UserRecord,
+        conversation: ConversationRecord,
+        deliver: bool,
+    ) -> tuple[RunInput, tuple[Reply, ...]] | Outcome:
+        """The message as run input (and notices about unusable attachments),
+        after the input guard; or the outcome when it goes no further (blocked,
+        or nothing usable in it)."""
+        if msg.source == "user":
+            checked = self.s.guard.check(msg.text, where=conversation.key, user=user.handle)
+            if checked.blocked:
+                reply = self._reply(msg, BLOCKED_REPLY, "refusal")
+                return await self._end(msg, Outcome("refused", (reply,)), deliver, "blocked")
+            if checked.text != msg.text:
+                msg = dataclasses.replace(msg, text=checked.text)
+        content = user_content(msg)
+        notices: tuple[Reply, ...] = ()
+        if content.problems:
+            text = "I couldn't use " + "; ".join(content.problems) + "."
+            notices = (self._reply(msg, text, "notice"),)
+            if not content.usable:  # nothing left to answer: no LLM call
+                return await self._end(msg, Outcome("refused", notices), deliver)
+            if deliver:
+                for notice in notices:
+                    await self.send(notice)
+        return RunInput(content.blocks, content.text, origin=msg), notices
+
+    async def _run(
+        self, batch: Batch, user: UserRecord, conversation: ConversationRecord, deliver: bool
+    ) -> Outcome:
+        first: IncomingMessage = batch.tickets[0].payload.origin
+        batch.owner = user.id
+        if (slot := current_slot.get()) is not None:
+            await slot.take()
+        # One run per conversation across instances: the conversation's lease.
+        held = await self._take_conversation(conversation.key, user.id, first.source)
+        if held is None:
+            if first.source == "user":
+                return await self._defer(batch, conversation.key)
+            log.warning("wakeup.busy conversation=%s (running elsewhere)", conversation.key)
+            return Outcome("failed")
+        if first.source == "user":
+            self._left_for_us.discard(conversation.key)
+            if await self._adopt_pending(batch, conversation):
+                batch.tickets.sort(key=lambda t: t.payload.origin.received_at)
+                first = batch.tickets[0].payload.origin
+        try:
+            async with self._delivery.typing(first):
+                result = await self._runner.run(batch, user, conversation, deliver)
+            if not deliver:
+                return result.outcome
+            if result.outgoing is None:  # the turn waits in the spool: send what we have
+                for reply in result.outcome.replies:
+                    await self._delivery.send_unstored(reply)
+            else:
+                await self._delivery.send_all(result.outgoing)
+            return result.outcome
+        finally:
+            if held is not None:
+                await asyncio.shield(self._pass_on(conversation.key, held))
+
+    async def _take_conversation(self, key: str, user_id: int, source: str) -> Held | None:
+        """The conversation's lease. A message gives up at once (it waits in the
+        inbox instead); a wakeup, which has no inbox row, waits a while for it."""
+        name = CONVERSATION_LEASE + key
+        tries = 1 if source == "user" else WAKEUP_LEASE_TRIES
+        for attempt in range(tries):
+            held = await self.s.leases.acquire(name, user_id=user_id)
+            if held is not None or attempt == tries - 1:
+                return held
+            await asyncio.sleep(0.5)
+        return None
+
+    async def _defer(self, batch: Batch, key: str) -> Outcome:
+        """Another instance runs this conversation: leave the batch's messages in
+        the inbox for it (it takes them when its run ends) and wake it."""
+        msgs = [t.payload.origin for t in [*batch.tickets, *batch.take_more()]]
+        keys = [m.dedupe_key for m in msgs if m.dedupe_key]
+        await self.s.inbox.requeue(msgs[0].platform, keys)
+        await self.s.coordination.notify("inbox", key)
+        log.info("run.deferred conversation=%s messages=%d (running elsewhere)", key, len(keys))
+        return Outcome("queued")
+
+    def left_for_us(self, conversation_key: str) -> None:
+        """Another instance left a message for a conversation that may be running
+        here (a notification): the run takes it at its next step."""
+        self._left_for_us.add(conversation_key)
+
+    async def _adopt_notified(self, batch: Batch) -> list[Ticket]:
+        key = batch.lane_key
+        if key not in self._left_for_us:
+            return []
+        self._left_for_us.discard(key)
+        conversation = await self.s.conversations.get(key)
+        return [] if conversation is None else await self._adopt_pending(batch, conversation)
+
+    async def _adopt_pending(self, batch: Batch, conversation: ConversationRecord) -> list[Ticket]:
+        """Messages other instances left for this conversation (it was running
+        here): the sender's join this run (in the order they were received);
+        other people's run after it. Returns the tickets added to the batch."""
+        try:
+            taken = await self.s.inbox.claim_pending(conversation.key)
+        except Exception:
+            log.exception("inbox.pending_not_taken conversation=%s", conversation.key)
+            return []
+        group = batch.tickets[0].group
+        added: list[Ticket] = []
+        for item in taken:
+            msg = item.message()
+            if not (item.deliver and msg.source == "user"):
+                self._resume_later(item)
+                continue
+            sender = await self.s.identity.resolve(msg)
+            if (sender.id, msg.source) != group:
+                self._resume_later(item)
+                continue
+            prepared = await self._prepare(
+                await self._delivery.fetch_files(msg), sender, conversation, True
+            )
+            if isinstance(prepared, Outcome):
+                continue  # refused on its own (blocked, nothing usable): already answered
+            ticket = Ticket(prepared[0], group, taken=True)
+            batch.tickets.append(ticket)
+            added.append(ticket)
+        if taken:
+            log.info("run.adopted conversation=%s messages=%d", conversation.key, len(taken))
+        return added
+
+    async def _pass_on(self, key: str, held: Held) -> None:
+        """After a run: when nothing waits here for the conversation, take the
+        messages other instances left for it (they run next, here); then free
+        the lease. (When something waits here, its run adopts them first.)"""
+        try:
+            if not self.s.control.queued(key):
+                for item in await self.s.inbox.claim_pending(key):
+                    self._resume_later(item)
+        except Exception:
+            log.exception("inbox.pending_not_taken conversation=%s (the sweep will)", key)
+        try:
+            await self.s.leases.release(held)
+        except Exception:
+            log.warning("lease.release_failed conversation=%s (it expires)", key, exc_info=True)
+
+    def _resume_later(self, item: Taken) -> None:
+        async def resume() -> None:
+            try:
+                await self.resume(item.message(), deliver=item.deliver)
+            except Exception:
+                log.exception("inbox.resume_failed event_id=%s", item.event_id)
+
+        task = asyncio.create_task(resume(), name=f"resume:{item.event_id}")
+        self._resuming.add(task)
+        task.add_done_callback(self._resuming.discard)
+
+    def leadership(self, name: str) -> Leadership:
+        return self.s.coordination.leadership(name)
+
+    # -- delivery -----------------------------------------------------------
+
+    def _reply(
+        self, msg: IncomingMessage, text: str, kind: ReplyKind, *, private: bool = False
+    ) -> Reply:
+        return Reply(text, msg.target(as_reply=msg.chat_type == "group"), kind, private)
+
+    async def _end(
+        self,
+        msg: IncomingMessage,
+        outcome: Outcome,
+        deliver: bool,
+        state: str | None = None,
+        *,
+        error: str | None = None,
+    ) -> Outcome:
+        """Finish `msg` with `outcome` (its final state and replies stored in one
+        transaction), then send the replies when this side delivers them."""
+        outgoing = await self._delivery.conclude(
+            [msg], state or outcome.status, outcome.replies, deliver=deliver, error=error
+        )
+        await self._delivery.send_all(outgoing)
+        return outcome
+
+    async def send(self, reply: Reply) -> bool:
+        """Send through the platform's adapter; a failure is recorded, never lost."""
+        return await self._delivery.send(reply)
+
+    async def recent_channels(
+        self, platform: str, within: timedelta, limit: int
+    ) -> Sequence[ChannelMark]:
+        return await self.s.inbox.recent_channels(platform, within, limit)
+
+    async def record_delivery_failure(self, reply: Reply, error: BaseException) -> None:
+        """Log and store a reply that could not be delivered (`delivery_failures`)."""
+        await self._delivery.record_failure(reply, error)
+
+    # -- helpers ------------------------------------------------------------
+
+    async def _keep_as_context(self, msg: IncomingMessage) -> None:
+        """Store a group message the bot was not asked about, so a later
+        question in the same conversation can refer to it. No run, no reply."""
+        user = await self.s.identity.resolve(msg)
+        conversation = await self.s.conversations.resolve(msg)
+        async with self.s.store.write() as session:
+            session.add(
+                Message(
+                    conversation_id=conversation.id,
+                    role="user",
+                    text=user_content(msg).text,
+                    user_id=user.id,
+                    platform_message_id=msg.platform_message_id,
+                    created_at=msg.received_at,
+                )
+            )
+
+    async def _finish(self, msg: IncomingMessage, state: str) -> None:
+        try:
+            await self._delivery.conclude([msg], state)
+        except Exception:
+            log.exception("inbox.finish_failed platform=%s", msg.platform)

@@ -1,0 +1,345 @@
+"""The inbox: every accepted message is a row before the platform is
+acknowledged, and every state change after that is a change of that row.
+
+- `accept` stores the message whole (its unique platform event id makes a
+  redelivery a no-op) and leases it to this instance in the same statement;
+- the lease is renewed while the message is worked on (`renew`, one statement
+  for everything this instance holds) and handed back at shutdown (`release`);
+- `finish` records the final state (the turn commit does it in its own
+  transaction for the messages a run answered);
+- `take_expired` claims messages whose lease expired (their process died), for
+  the recovery sweep to run them again.
+
+Claims are single atomic statements (`UPDATE … WHERE … RETURNING`, a unique
+constraint); PostgreSQL also skips rows another instance is claiming
+(`FOR UPDATE SKIP LOCKED`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, insert, literal, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from bot.pipeline.codec import decode, encode
+from bot.ports import ChannelMark
+from bot.store import Store
+from bot.store.models import InboxItem, Lease
+from bot.types import IncomingMessage, utcnow
+
+log = logging.getLogger("switchboard.inbox")
+
+OPEN_STATES = ("pending", "running")
+LOCAL_PREFIX = "local:"
+"""Event ids made up for messages the platform gives no id (the terminal chat)."""
+
+
+def with_event_id(msg: IncomingMessage) -> IncomingMessage:
+    """The message with a delivery id: the platform's, or a made-up unique one."""
+    if msg.dedupe_key:
+        return msg
+    return dataclasses.replace(msg, event_id=LOCAL_PREFIX + uuid.uuid4().hex)
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A message taken over from an expired lease."""
+
+    id: int
+    platform: str
+    event_id: str
+    conversation_key: str
+    attempts: int
+    payload: dict[str, Any] | None
+    deliver: bool
+
+    def message(self) -> IncomingMessage:
+        if self.payload is None:
+            raise ValueError("the inbox item has no stored message")
+        return decode(self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxStats:
+    pending: int
+    """Accepted and not finished (waiting or being worked on)."""
+    oldest: datetime | None
+    """When the oldest of those was accepted."""
+    failed: int
+
+
+class Inbox:
+    def __init__(self, store: Store, owner: str, lease_seconds: float) -> None:
+        self._store = store
+        self.owner = owner
+        """This instance, as it appears in `lease_owner`."""
+        self.lease = timedelta(seconds=lease_seconds)
+
+    async def accept(self, msg: IncomingMessage, *, deliver: bool = True) -> bool:
+        """Store `msg` (which must have a delivery id, see `with_event_id`), leased
+        to this instance. False: a redelivery, already stored. Raises when the
+        database cannot take it (the platform must not be acknowledged)."""
+        key = msg.dedupe_key
+        assert key, "with_event_id() first"
+        now = utcnow()
+        try:
+            async with self._store.write_urgent() as session:
+                await session.exec(
+                    insert(InboxItem).values(
+                        platform=msg.platform,
+                        event_id=key,
+                        conversation_key=msg.conversation_key,
+                        source=msg.source,
+                        state="running",
+                        payload=encode(msg),
+                        deliver=deliver,
+                        attempts=1,
+                        lease_owner=self.owner,
+                        lease_expires_at=now + self.lease,
+                        created_at=now,
+                    )
+                )
+        except IntegrityError:
+            log.info("inbox.duplicate platform=%s event_id=%s", msg.platform, key)
+            return False
+        return True
+
+    async def finish(
+        self,
+        platform: str,
+        event_ids: Sequence[str],
+        state: str,
+        *,
+        run_id: str | None = None,
+        error: str | None = None,
+        session: AsyncSession | None = None,
+    ) -> None:
+        """Record the final state of messages (in `session`'s transaction if given)."""
+        if not event_ids:
+            return
+        stmt = finish_statement(platform, event_ids, state, run_id=run_id, error=error)
+        if session is not None:
+            await session.exec(stmt)
+            return
+        async with self._store.write() as own:
+            await own.exec(stmt)
+
+    async def renew(self) -> int:
+        """Extend the lease of every message this instance is working on."""
+        async with self._store.write() as session:
+            result = await session.exec(
+                update(InboxItem)
+                .where(col(InboxItem.lease_owner) == self.owner, col(InboxItem.state) == "running")
+                .values(lease_expires_at=utcnow() + self.lease)
+            )
+        return int(result.rowcount or 0)
+
+    async def release(self) -> int:
+        """Hand this instance's unfinished messages back (shutdown): their lease
+        ends now, so the next process takes them at once."""
+        stmt = update(InboxItem).where(
+            col(InboxItem.lease_owner) == self.owner, col(InboxItem.state) == "running"
+        )
+        async with self._store.write() as session:
+            result = await session.exec(stmt.values(lease_expires_at=utcnow()))
+        return int(result.rowcount or 0)
+
+    async def take_expired(self, platforms: Collection[str], limit: int = 100) -> list[Taken]:
+        """Claim messages of `platforms` whose lease expired (their process died,
+        or they wait for their conversation), oldest first; each claim counts as
+        an attempt. Messages of a conversation another live instance
+        (or this one) is running are left to the run holding it, which takes
+        them in order."""
+        if not platforms:
+            return []
+        now = utcnow()
+        being_run = (
+            select(col(Lease.name))
+            .where(
+                col(Lease.name) == literal(CONVERSATION_LEASE) + col(InboxItem.conversation_key),
+                col(Lease.expires_at) >= now,
+            )
+            .exists()
+        )
+        expired = (
+            col(InboxItem.state).in_(OPEN_STATES),
+            col(InboxItem.lease_expires_at) < now,
+            col(InboxItem.platform).in_(list(platforms)),
+            ~being_run,
+        )
+        candidates = (
+            select(col(InboxItem.id))
+            .where(*expired)
+            .order_by(col(InboxItem.id))
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        async with self._store.write() as session:
+            rows = (
+                await session.exec(
+                    update(InboxItem)
+                    .where(col(InboxItem.id).in_(candidates.scalar_subquery()), *expired)
+                    .values(
+                        state="running",
+                        lease_owner=self.owner,
+                        lease_expires_at=now + self.lease,
+                        attempts=col(InboxItem.attempts) + 1,
+                    )
+                    .returning(*_TAKEN_COLUMNS)
+                )
+            ).all()
+        taken = [Taken(*row) for row in rows]
+        taken.sort(key=lambda t: t.id)
+        return taken
+
+    async def requeue(self, platform: str, event_ids: Sequence[str]) -> int:
+        """Give messages back to the queue (their conversation is running on
+        another instance, which will take them): pending, leased to nobody; the
+        claim that took them does not count as an attempt."""
+        if not event_ids:
+            return 0
+        async with self._store.write() as session:
+            result = await session.exec(
+                update(InboxItem)
+                .where(
+                    col(InboxItem.platform) == platform,
+                    col(InboxItem.event_id).in_(list(event_ids)),
+                    col(InboxItem.lease_owner) == self.owner,
+                    col(InboxItem.state) == "running",
+                )
+                .values(
+                    state="pending",
+                    lease_owner=None,
+                    lease_expires_at=utcnow(),
+                    attempts=col(InboxItem.attempts) - 1,
+                )
+            )
+        return int(result.rowcount or 0)
+
+    async def claim_pending(self, conversation_key: str, limit: int = 100) -> list[Taken]:
+        """Take the messages waiting for a conversation this instance runs."""
+        now = utcnow()
+        async with self._store.write() as session:
+            rows = (
+                await session.exec(
+                    update(InboxItem)
+                    .where(
+                        col(InboxItem.conversation_key) == conversation_key,
+                        col(InboxItem.state) == "pending",
+                    )
+                    .values(
+                        state="running",
+                        lease_owner=self.owner,
+                        lease_expires_at=now + self.lease,
+                        attempts=col(InboxItem.attempts) + 1,
+                    )
+                    .returning(*_TAKEN_COLUMNS)
+                )
+            ).all()
+        return sorted((Taken(*row) for row in rows), key=lambda t: t.id)[:limit]
+
+    async def stats(self) -> InboxStats:
+        async with self._store.read() as session:
+            pending, oldest = (
+                await session.exec(
+                    select(func.count(), func.min(InboxItem.created_at)).where(  # type: ignore[call-overload]
+                        col(InboxItem.state).in_(OPEN_STATES)
+                    )
+                )
+            ).one()
+            failed = (
+                await session.exec(
+                    select(func.count()).where(col(InboxItem.state) == "failed")  # type: ignore[call-overload]
+                )
+            ).one()[0]
+        return InboxStats(int(pending), oldest, int(failed))
+
+    async def recent_channels(
+        self, platform: str, within: timedelta, limit: int, scan: int = 1000
+    ) -> list[ChannelMark]:
+        """Channels of `platform` with messages accepted within `within` (most
+        recently active first), each with the newest platform message id seen."""
+        async with self._store.read() as session:
+            rows = await session.exec(  # type: ignore[call-overload]
+                select(col(InboxItem.payload))
+                .where(
+                    col(InboxItem.platform) == platform,
+                    col(InboxItem.source) == "user",
+                    col(InboxItem.created_at) >= utcnow() - within,
+                    col(InboxItem.payload).is_not(None),
+                )
+                .order_by(col(InboxItem.id).desc())
+                .limit(scan)
+            )
+            payloads = [row[0] for row in rows.all()]
+        marks: dict[str, ChannelMark] = {}
+        for payload in payloads:
+            channel = payload.get("platform_channel_id") if payload else None
+            message = payload.get("platform_message_id") if payload else None
+            if not channel or not message or not str(message).isdigit():
+                continue
+            known = marks.get(channel)
+            if known is None:
+                if len(marks) >= limit:
+                    continue
+            elif int(known.last_message_id) >= int(message):
+                continue
+            marks[channel] = ChannelMark(channel, payload.get("platform_server_id"), str(message))
+        return list(marks.values())
+
+    async def listing(self, states: Collection[str], limit: int = 50) -> list[InboxItem]:
+        async with self._store.read() as session:
+            rows = await session.exec(
+                select(InboxItem)  # type: ignore[call-overload]
+                .where(col(InboxItem.state).in_(list(states)))
+                .order_by(col(InboxItem.id).desc())
+                .limit(limit)
+            )
+            return [row[0] for row in rows.all()]
+
+
+CONVERSATION_LEASE = "conversation:"
+"""The lease held by the instance running a conversation: "conversation:<key>"."""
+
+_TAKEN_COLUMNS = (
+    col(InboxItem.id),
+    col(InboxItem.platform),
+    col(InboxItem.event_id),
+    col(InboxItem.conversation_key),
+    col(InboxItem.attempts),
+    col(InboxItem.payload),
+    col(InboxItem.deliver),
+)
+
+
+def finish_statement(
+    platform: str,
+    event_ids: Sequence[str],
+    state: str,
+    *,
+    run_id: str | None = None,
+    error: str | None = None,
+) -> Any:
+    values: dict[str, Any] = {"state": state, "finished_at": utcnow()}
+    if run_id is not None:
+        values["run_id"] = run_id
+    if error is not None:
+        values["error"] = error[:2000]
+    return (
+        update(InboxItem)
+        .where(
+            col(InboxItem.platform) == platform,
+            col(InboxItem.event_id).in_(list(event_ids)),
+            col(InboxItem.state).in_(OPEN_STATES),
+        )
+        .values(**values)
+    )

@@ -1,0 +1,110 @@
+"""The budget meter of one run (`bot.ports.Meter`): reserve before each LLM
+call, settle after it, and a cap on what one run may spend.
+
+The estimate of a call is its input (counted from the request) plus the
+output it may write (`max_tokens`). When the allowance left is smaller than
+that but still covers the input and a useful answer, the call is made with a
+smaller `max_tokens` that fits; below that, the call is refused. A settlement
+that cannot be written (database down) stays owed, and the turn's commit
+charges it (`take_owed`), so spent tokens are always charged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from bot.accounts.budgets import Budgets, Hold
+from bot.errors import BudgetExceeded
+from bot.llm.tokens import messages_tokens, system_tokens, tool_tokens
+from bot.llm.types import LLMRequest
+from bot.pipeline.admission import current_slot
+from bot.types import Role, Usage
+
+log = logging.getLogger("switchboard.budget")
+
+MIN_OUTPUT_TOKENS = 256
+"""A call that cannot write at least this much is not worth making."""
+
+
+class RunCapReached(BudgetExceeded):
+    """One run would spend more than `[budgets] run_share`/`run_tokens` allow."""
+
+
+def estimate_input(request: LLMRequest) -> int:
+    return (
+        system_tokens(request.system)
+        + messages_tokens(request.messages)
+        + sum(tool_tokens(t) for t in request.tools)
+        + (len(request.volatile) // 4 if request.volatile else 0)
+    )
+
+
+@dataclass
+class RunMeter:
+    budgets: Budgets
+    user_id: int
+    role: Role
+    limited: bool
+    """False for unlimited budgets: nothing to reserve, only the run cap applies."""
+    run_cap: int | None
+    spent: int = 0
+    """Tokens this run's calls used so far."""
+    owed: list[tuple[Hold | None, int]] = field(default_factory=list)
+    _hold: Hold | None = None
+
+    async def before_call(self, request: LLMRequest) -> int:
+        needed = estimate_input(request)
+        max_tokens = request.max_tokens
+        if self.run_cap is not None:
+            room = self.run_cap - self.spent - needed
+            if room < MIN_OUTPUT_TOKENS:
+                raise RunCapReached(
+                    f"this answer needs more than the {self.run_cap} tokens one run may use"
+                )
+            max_tokens = min(max_tokens, room)
+        if not self.limited:
+            return self._waiting(max_tokens)
+        hold = await self.budgets.reserve(self.user_id, self.role, needed + max_tokens)
+        if hold is None:  # not all of it: what is left, if it covers a useful answer
+            left = await self.budgets.available(self.user_id, self.role) or 0
+            if left - needed >= MIN_OUTPUT_TOKENS:
+                hold = await self.budgets.reserve(self.user_id, self.role, left)
+                max_tokens = left - needed
+        if hold is None:
+            raise BudgetExceeded(
+                f"not enough tokens left this month for another step (about {needed} needed)"
+            )
+        self._hold = hold
+        return self._waiting(max_tokens)
+
+    def _waiting(self, max_tokens: int) -> int:
+        """The call is about to go out: the message's slot is free while it waits."""
+        if (slot := current_slot.get()) is not None:
+            slot.give_up()
+        return max_tokens
+
+    async def after_call(self, usage: Usage | None) -> None:
+        if (slot := current_slot.get()) is not None:
+            await slot.take()
+        hold, self._hold = self._hold, None
+        tokens = usage.total if usage is not None else 0
+        self.spent += tokens
+        if hold is None:  # unlimited: charged with the turn, in its transaction
+            if tokens:
+                self.owed.append((None, tokens))
+            return
+        try:
+            await self.budgets.settle(hold, tokens)
+        except Exception:
+            log.warning(
+                "budget.settle_deferred user=%s tokens=%s (charged with the turn)",
+                self.user_id,
+                tokens,
+                exc_info=True,
+            )
+            self.owed.append((hold, tokens))
+
+    def take_owed(self) -> list[tuple[Hold | None, int]]:
+        owed, self.owed = self.owed, []
+        return owed

@@ -1,0 +1,206 @@
+"""The outbox: a reply is a row before it is sent, written in the same
+transaction as what produced it (the turn, or a message's final state), leased
+to the instance that will send it.
+
+Delivery records each part's platform message id as soon as the platform took
+it (`OutboxProgress`), so a reply taken over after a crash continues after the
+last part sent; Discord parts also carry a nonce derived from the row, which
+Discord enforces. A reply that finally cannot be delivered is `failed` (and in
+`delivery_failures`), never retried into a duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlmodel import col
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from bot.store import Store
+from bot.store.models import OutboxItem
+from bot.types import Reply, Target, utcnow
+
+log = logging.getLogger("switchboard.outbox")
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One stored reply, ready to send."""
+
+    id: int
+    reply: Reply
+    done: tuple[str, ...] = ()
+    resumed: bool = False
+    """Taken over from a sender that died (see `SendProgress.resumed`)."""
+    created_at: datetime = field(default_factory=utcnow)
+
+
+def reply_of(row: OutboxItem) -> Reply:
+    target = Target(
+        platform=row.platform,
+        channel_id=row.channel_id,
+        thread_id=row.thread_id,
+        reply_to_message_id=row.reply_to_message_id,
+        server_id=row.server_id,
+    )
+    return Reply(row.text, target, row.kind, row.private)  # type: ignore[arg-type]
+
+
+class Outbox:
+    def __init__(self, store: Store, owner: str, lease_seconds: float) -> None:
+        self._store = store
+        self.owner = owner
+        self.lease = timedelta(seconds=lease_seconds)
+
+    async def add(
+        self,
+        session: AsyncSession,
+        replies: Sequence[Reply],
+        *,
+        inbox_id: int | None = None,
+        run_id: str | None = None,
+    ) -> list[Outgoing]:
+        """Store `replies` in the caller's transaction, leased to this instance."""
+        now = utcnow()
+        rows = [
+            OutboxItem(
+                inbox_id=inbox_id,
+                run_id=run_id,
+                platform=r.target.platform,
+                channel_id=r.target.channel_id,
+                thread_id=r.target.thread_id,
+                reply_to_message_id=r.target.reply_to_message_id,
+                server_id=r.target.server_id,
+                kind=r.kind,
+                private=r.private,
+                text=r.text,
+                lease_owner=self.owner,
+                lease_expires_at=now + self.lease,
+                created_at=now,
+            )
+            for r in replies
+        ]
+        if not rows:
+            return []
+        session.add_all(rows)
+        await session.flush()
+        return [
+            Outgoing(row.id, reply, created_at=now)
+            for row, reply in zip(rows, replies, strict=True)
+            if row.id
+        ]
+
+    async def store(self, replies: Sequence[Reply]) -> list[Outgoing]:
+        """Store replies in a transaction of their own."""
+        async with self._store.write() as session:
+            return await self.add(session, replies)
+
+    async def part_sent(self, outbox_id: int, part_ids: Sequence[str]) -> None:
+        async with self._store.write() as session:
+            await session.exec(
+                update(OutboxItem)
+                .where(col(OutboxItem.id) == outbox_id)
+                .values(part_ids=list(part_ids))
+            )
+
+    async def finish(
+        self, outbox_id: int, state: str, part_ids: Sequence[str], error: str | None = None
+    ) -> None:
+        async with self._store.write() as session:
+            await session.exec(
+                update(OutboxItem)
+                .where(col(OutboxItem.id) == outbox_id)
+                .values(
+                    state=state,
+                    part_ids=list(part_ids),
+                    sent_at=utcnow(),
+                    error=error[:2000] if error else None,
+                    attempts=col(OutboxItem.attempts) + 1,
+                )
+            )
+
+    async def renew(self) -> int:
+        async with self._store.write() as session:
+            result = await session.exec(
+                update(OutboxItem)
+                .where(
+                    col(OutboxItem.lease_owner) == self.owner,
+                    col(OutboxItem.state) == "pending",
+                )
+                .values(lease_expires_at=utcnow() + self.lease)
+            )
+        return int(result.rowcount or 0)
+
+    async def release(self) -> int:
+        """Hand this instance's unsent replies to the next process (shutdown)."""
+        async with self._store.write() as session:
+            result = await session.exec(
+                update(OutboxItem)
+                .where(
+                    col(OutboxItem.lease_owner) == self.owner,
+                    col(OutboxItem.state) == "pending",
+                )
+                .values(lease_expires_at=utcnow())
+            )
+        return int(result.rowcount or 0)
+
+    async def take_expired(self, platforms: Collection[str], limit: int = 100) -> list[Outgoing]:
+        """Claim unsent replies of `platforms` whose sender died, oldest first."""
+        if not platforms:
+            return []
+        now = utcnow()
+        expired = (
+            col(OutboxItem.state) == "pending",
+            col(OutboxItem.lease_expires_at) < now,
+            col(OutboxItem.platform).in_(list(platforms)),
+        )
+        candidates = (
+            select(col(OutboxItem.id))
+            .where(*expired)
+            .order_by(col(OutboxItem.id))
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        async with self._store.write() as session:
+            rows = (
+                await session.exec(
+                    update(OutboxItem)
+                    .where(col(OutboxItem.id).in_(candidates.scalar_subquery()), *expired)
+                    .values(lease_owner=self.owner, lease_expires_at=now + self.lease)
+                    .returning(OutboxItem)
+                )
+            ).all()
+        items = sorted((row[0] for row in rows), key=lambda r: r.id or 0)
+        return [
+            Outgoing(r.id or 0, reply_of(r), tuple(r.part_ids or ()), True, r.created_at)
+            for r in items
+        ]
+
+
+@dataclass
+class OutboxProgress:
+    """`SendProgress` backed by one outbox row."""
+
+    outbox: Outbox
+    outbox_id: int
+    parts: list[str] = field(default_factory=list)
+    resumed: bool = False
+    since: datetime = field(default_factory=utcnow)
+
+    @property
+    def done(self) -> Sequence[str]:
+        return tuple(self.parts)
+
+    def nonce(self, index: int) -> str:
+        return f"sb{self.outbox_id}.{index}"
+
+    async def sent(self, index: int, platform_id: str) -> None:
+        self.parts.append(platform_id)
+        try:
+            await self.outbox.part_sent(self.outbox_id, self.parts)
+        except Exception:  # the part is out; losing the note costs at most a repeat
+            log.exception("outbox.progress_not_recorded outbox=%s part=%s", self.outbox_id, index)

@@ -1,0 +1,180 @@
+"""Writing a finished turn, whatever the database does.
+
+`TurnWriter.save` commits the turn (`bot.pipeline.turns`), retrying with
+backoff while the database is unavailable. A turn that still cannot be written
+is kept in the `Spool`, a local file of one JSON line per turn, and written when
+the database is back (`replay`, from the recovery sweep): the conversation keeps
+the turn and the budget is charged what the run spent. Replaying is idempotent
+(a run id already stored is skipped). Attachments' bytes are not spooled.
+
+A turn whose messages another instance took over (`LeaseLost`) is not saved:
+that instance answers them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from bot.accounts.budgets import Budgets, Hold
+from bot.config import Price
+from bot.pipeline.outbox import Outbox
+from bot.pipeline.turns import LeaseLost, TurnRecord, TurnRows, TurnSaved, turn_rows, write_turn
+from bot.store import Store
+from bot.store.models import Message, Run, TokenLog, TraceSpan
+from bot.types import Role
+
+log = logging.getLogger("switchboard.spool")
+
+
+class Spool:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = asyncio.Lock()
+
+    def put(self, rows: TurnRows) -> None:
+        """Append one turn, durably (fsync). Raises OSError when it cannot."""
+        line = json.dumps(_dump(rows), separators=(",", ":"))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, (line + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def pending(self) -> bool:
+        return self.path.exists() and self.path.stat().st_size > 0
+
+    async def replay(self, store: Store, budgets: Budgets) -> int:
+        """Write every spooled turn; the ones that still fail stay. Returns how
+        many were written."""
+        async with self._lock:
+            if not self.pending():
+                return 0
+            lines = [ln for ln in self.path.read_text().splitlines() if ln.strip()]
+            kept: list[str] = []
+            written = 0
+            for line in lines:
+                try:
+                    rows = _load(json.loads(line))
+                except (ValueError, KeyError, TypeError):
+                    log.error("spool.unreadable line dropped: %.200s", line)
+                    continue
+                try:
+                    async with store.write() as session:
+                        await write_turn(session, rows, budgets)
+                    written += 1
+                    log.info("spool.replayed run=%s", rows.run.id)
+                except IntegrityError:
+                    log.info("spool.already_stored run=%s", rows.run.id)
+                except Exception as exc:
+                    log.warning("spool.replay_failed run=%s: %s", rows.run.id, exc)
+                    kept.append(line)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("".join(f"{ln}\n" for ln in kept))
+            os.chmod(tmp, 0o600)
+            tmp.replace(self.path)
+            return written
+
+
+def _dump(rows: TurnRows) -> dict[str, Any]:
+    return {
+        "run": rows.run.model_dump(mode="json"),
+        "messages": [m.model_dump(mode="json", exclude={"id"}) for m in rows.messages],
+        "spans": [s.model_dump(mode="json", exclude={"id"}) for s in rows.spans],
+        "tokens": [t.model_dump(mode="json", exclude={"id"}) for t in rows.tokens],
+        "user_id": rows.user_id,
+        "role": rows.role.value,
+        "platform": rows.platform,
+        "inbox_keys": rows.inbox_keys,
+        "inbox_state": rows.inbox_state,
+        "error": rows.error,
+        "owed": [[hold.tokens if hold else None, tokens] for hold, tokens in rows.owed],
+    }
+
+
+def _load(data: dict[str, Any]) -> TurnRows:
+    role = Role(data["role"])
+    user_id = int(data["user_id"])
+    return TurnRows(
+        run=Run.model_validate(data["run"]),
+        messages=[Message.model_validate(m) for m in data["messages"]],
+        files=[],
+        spans=[TraceSpan.model_validate(s) for s in data["spans"]],
+        tokens=[TokenLog.model_validate(t) for t in data["tokens"]],
+        user_id=user_id,
+        role=role,
+        platform=data["platform"],
+        inbox_keys=list(data["inbox_keys"]),
+        inbox_state=data["inbox_state"],
+        error=data["error"],
+        owed=[
+            (Hold(user_id, role, held) if held is not None else None, int(tokens))
+            for held, tokens in data["owed"]
+        ],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """How saving a turn ended: `turn` when committed; `spooled` when it waits in
+    the spool (send the replies as they are); neither when the turn is not ours."""
+
+    turn: TurnSaved | None = None
+    spooled: bool = False
+
+
+class TurnWriter:
+    def __init__(
+        self,
+        store: Store,
+        budgets: Budgets,
+        outbox: Outbox,
+        spool: Spool,
+        prices: Mapping[str, Price],
+        retry_seconds: float,
+    ) -> None:
+        self._store = store
+        self._budgets = budgets
+        self._outbox = outbox
+        self.spool = spool
+        self._prices = prices
+        self._retry_seconds = retry_seconds
+
+    async def save(self, turn: TurnRecord, *, retry_seconds: float | None = None) -> Saved:
+        rows = turn_rows(turn, self._prices)
+        deadline = time.monotonic() + (
+            self._retry_seconds if retry_seconds is None else retry_seconds
+        )
+        delay = 0.25
+        while True:
+            try:
+                async with self._store.write() as session:
+                    saved = await write_turn(
+                        session, rows, self._budgets, self._outbox, turn.replies
+                    )
+                return Saved(saved)
+            except LeaseLost as exc:
+                log.warning("run.lease_lost run=%s: %s; not saved, not sent", turn.run_id, exc)
+                return Saved()
+            except Exception as exc:
+                if time.monotonic() + delay > deadline:
+                    log.error("run.not_saved run=%s: %s; spooling the turn", turn.run_id, exc)
+                    break
+                log.warning("run.save_retry run=%s in=%.2fs: %s", turn.run_id, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        try:
+            self.spool.put(rows)
+        except OSError:
+            log.exception("spool.write_failed run=%s: the turn is lost", turn.run_id)
+        return Saved(spooled=True)

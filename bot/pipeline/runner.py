@@ -1,0 +1,404 @@
+"""One run of the agent for a batch of messages of one conversation:
+budget → history and prompt → the loop (a cancellable task with a timeout) →
+persist (one transaction) → compaction when the conversation has grown.
+
+The pipeline decides what reaches a run and delivers the replies; `RunControl`
+decides when a run starts and which messages it answers. Every LLM call of the
+run is metered against the user's budget (`bot.pipeline.metering`); the turn is
+committed with its replies in the outbox (`bot.pipeline.persist`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from bot.accounts.identity import UserRecord
+from bot.agent.events import RunEvents
+from bot.agent.history import HistoryPolicy, build_history
+from bot.agent.prompt import PromptContext, build_system
+from bot.agent.sanitize import SILENT_TOKEN, is_silent, sanitize
+from bot.agent.state import ContextLimits, RunInput, RunSpec, RunState
+from bot.conversations import ConversationRecord, ConversationState
+from bot.errors import BudgetExceeded, ProviderError
+from bot.llm.tokens import prompt_tokens
+from bot.personas import PersonaRecord
+from bot.pipeline.control import Batch, RunEnd, Ticket
+from bot.pipeline.metering import RunMeter
+from bot.pipeline.outbox import Outgoing
+from bot.pipeline.services import Services
+from bot.pipeline.turns import TurnRecord, TurnSaved
+from bot.ports import ToolContext
+from bot.tools.registry import tool_spec
+from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
+
+log = logging.getLogger("switchboard.pipeline")
+
+PROVIDER_ERROR_REPLY = (
+    "Sorry, I couldn't get an answer from the AI service just now ({reason}). "
+    "Please try again in a moment."
+)
+INTERNAL_ERROR_REPLY = "Sorry, something went wrong on my side. The error has been logged."
+TIMEOUT_REPLY = "_(This took longer than {seconds:g} seconds, so I stopped.)_"
+PROVIDER_REASONS = {
+    "Overloaded": "the service is overloaded",
+    "ProviderRateLimited": "rate limited",
+    "ProviderUnavailable": "the service is unreachable",
+    "ProviderAuthError": "the service rejected our credentials",
+    "ContextWindowExceeded": "the conversation is too long",
+    "ProviderBadRequest": "the request was rejected",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    id: str
+    user: UserRecord
+    conversation: ConversationRecord
+    persona: PersonaRecord
+    model: str
+    first: IncomingMessage
+
+
+@dataclass(slots=True)
+class _Result:
+    status: str = "completed"
+    """completed | silent | failed | cancelled | timeout | refused"""
+    reply_text: str | None = None
+    error: str | None = None
+    notice: str | None = None
+    """Text for the user that is not an answer (errors, timeouts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    outcome: Outcome
+    outgoing: list[Outgoing] | None
+    """The replies stored in the outbox, to send now; None when they could not be
+    stored (the turn waits in the spool): send the outcome's replies as they are."""
+
+
+Conclude = Callable[..., Awaitable[list[Outgoing]]]
+Adopt = Callable[[Batch], Awaitable[list[Ticket]]]
+"""Messages of the run's conversation other instances left in the inbox, as
+tickets added to the batch (`Pipeline._adopt_pending`)."""
+"""`Delivery.conclude`: finish messages and store their replies, in one transaction."""
+
+
+class Runner:
+    def __init__(self, services: Services, conclude: Conclude, adopt: Adopt | None = None) -> None:
+        self.s = services
+        self._conclude = conclude
+        self._adopt = adopt
+
+    async def run(
+        self,
+        batch: Batch,
+        user: UserRecord,
+        conversation: ConversationRecord,
+        deliver: bool = True,
+    ) -> RunResult:
+        s, llm = self.s, self.s.settings.llm
+        inputs: list[RunInput] = [t.payload for t in batch.tickets]
+        first: IncomingMessage = inputs[0].origin
+        refusal: str | None = None
+        async with s.store.read() as session:  # all reads of a run, one session
+            try:
+                budget = await s.budgets.check(user, session)
+                history = await s.conversations.state(session, conversation)
+            except BudgetExceeded as exc:
+                refusal = str(exc)
+        if refusal is not None:  # refused before any LLM call
+            log.info("budget.refused user=%s %s", user.id, refusal)
+            refused = (_reply(first, _budget_refusal(refusal), "refusal", True),)
+            msgs = [item.origin for item in inputs]
+            outgoing = await self._conclude(msgs, "refused", refused, deliver=deliver)
+            return RunResult(Outcome("refused", refused), outgoing)
+
+        persona = s.personas.resolve(first.platform, first.platform_server_id, history.persona_name)
+        model = persona.model or (llm.fast_model if first.source == "scheduler" else llm.model)
+        run = _Run(secrets.token_hex(8), user, conversation, persona, model, first)
+        state = RunState.answering(inputs)
+        meter = self._meter(user, budget.limit)
+        spec = await self._spec(run, batch, inputs, history, meter)
+        events = RunEvents(s.bus, run.id, conversation.key)
+        events.emit("run.started", source=first.source, model=model, inputs=len(inputs))
+        started = time.perf_counter()
+        try:
+            end, error = await s.control.run_task(
+                batch, s.agent.run(spec, state), s.settings.agent.run_timeout_seconds
+            )
+        except asyncio.CancelledError:  # shutting down: the messages go back to the inbox
+            events.emit("run.cancelled", reason="shutdown")
+            shutdown = _Result("cancelled", error="shutdown")
+            turn = self._turn(run, state, batch, shutdown, meter, interrupted=True)
+            await asyncio.shield(s.writer.save(turn, retry_seconds=2.0))
+            raise
+        result = self._classify(end, error, state, spec)
+        outcome = self._outcome(result, first, run.id)
+        replies = outcome.replies if deliver else ()
+        saved = await s.writer.save(self._turn(run, state, batch, result, meter, replies))
+        _log_run(result.status, run, state, started, saved.turn)
+        self._emit_end(events, result, state)
+        if saved.turn is not None and result.status in ("completed", "silent"):
+            self._maybe_compact(run, history, state, saved.turn)
+        if saved.turn is not None:
+            return RunResult(outcome, saved.turn.outgoing)
+        if saved.spooled:
+            return RunResult(outcome, None)
+        return RunResult(Outcome("failed", (), run.id), [])  # taken over: not ours to send
+
+    def _meter(self, user: UserRecord, limit: int | None) -> RunMeter:
+        config = self.s.settings.budgets
+        cap = config.run_cap(limit)
+        return RunMeter(self.s.budgets, user.id, user.role, limit is not None, cap)
+
+    # -- building the run ---------------------------------------------------
+
+    async def _spec(
+        self,
+        run: _Run,
+        batch: Batch,
+        inputs: list[RunInput],
+        history: ConversationState,
+        meter: RunMeter,
+    ) -> RunSpec:
+        s, llm, agent = self.s, self.s.settings.llm, self.s.settings.agent
+        first, user, conversation, persona, model = (
+            run.first,
+            run.user,
+            run.conversation,
+            run.persona,
+            run.model,
+        )
+        tools = tuple(s.tools.available(user.role, persona.tool_modules))
+        limits = agent.limits(model)
+        memories: list[str] = []
+        if agent.memory and agent.memory_recall and first.source == "user":
+            query = " ".join(i.text for i in inputs)
+            try:
+                found = await s.memories.search(user.id, query, agent.memory_recall)
+                memories = [record.line() for record in found]
+            except Exception:
+                log.exception("memory.recall_failed user=%s", user.id)
+        prompt = build_system(
+            PromptContext(
+                platform=first.platform,
+                chat_type=first.chat_type,
+                persona_name=persona.name,
+                persona_prompt=persona.prompt,
+                model=model,
+                conversation_key=conversation.key,
+                user_name=user.display_name or user.platform_user_id,
+                user_role=user.role.value,
+                tools=tools,
+                source=first.source,
+                mode="minimal" if first.source == "scheduler" else "full",
+                memories=memories,
+            )
+        )
+        fixed = prompt_tokens(prompt.blocks, (), tuple(tool_spec(t) for t in tools))
+        policy = HistoryPolicy(
+            turns=llm.history_turns,
+            step=agent.history_step,
+            budget_tokens=int(agent.prune_threshold * limits.context_window),
+            fixed_tokens=fixed,
+        )
+
+        async def inbox() -> list[RunInput]:
+            taken = batch.take_more()
+            if self._adopt is not None:  # left in the inbox by other instances
+                taken += await self._adopt(batch)
+            taken.sort(key=lambda ticket: ticket.payload.origin.received_at)
+            return [ticket.payload for ticket in taken]
+
+        return RunSpec(
+            model=model,
+            system=prompt.blocks,
+            history=tuple(build_history(history.history, history.summary, policy)),
+            tools=tools,
+            context=ToolContext(
+                user_id=user.id,
+                role=user.role,
+                conversation_id=conversation.id,
+                conversation_key=conversation.key,
+                platform=first.platform,
+                run_id=run.id,
+                chat_type=first.chat_type,
+            ),
+            max_tokens=persona.max_tokens or llm.max_tokens,
+            max_iterations=llm.max_iterations,
+            timeout=llm.timeout_seconds,
+            volatile=prompt.volatile,
+            limits=ContextLimits(
+                window=limits.context_window,
+                min_cache_tokens=limits.min_cache_tokens,
+                prune_threshold=agent.prune_threshold,
+                compact_threshold=agent.compact_threshold,
+                keep_last=agent.keep_last_messages,
+            ),
+            max_continuations=agent.max_continuations,
+            inbox=inbox if first.source == "user" else None,
+            meter=meter,
+        )
+
+    # -- after the loop -----------------------------------------------------
+
+    def _classify(
+        self, end: RunEnd, exc: BaseException | None, state: RunState, spec: RunSpec
+    ) -> _Result:
+        run_id = spec.context.run_id
+        if end == "stop":
+            return _Result("cancelled", error="stopped by /stop")
+        if end == "timeout":
+            seconds = self.s.settings.agent.run_timeout_seconds
+            log.warning("run.timeout run=%s after %gs", run_id, seconds)
+            partial = sanitize(state.final_text or _last_text(state))
+            note = TIMEOUT_REPLY.format(seconds=seconds)
+            notice = f"{partial}\n\n{note}" if partial and not is_silent(partial) else note
+            return _Result("timeout", error=f"timed out after {seconds:g} s", notice=notice)
+        if isinstance(exc, BudgetExceeded):
+            log.info("run.budget_stop run=%s: %s", run_id, exc)
+            partial = sanitize(state.final_text or _last_text(state))
+            note = _budget_refusal(str(exc))
+            notice = f"{partial}\n\n{note}" if partial and not is_silent(partial) else note
+            return _Result("refused", error=str(exc), notice=notice)
+        if isinstance(exc, ProviderError):
+            kind = type(exc).__name__
+            log.error(
+                "run.provider_error run=%s conversation=%s error=%s: %s",
+                run_id,
+                spec.context.conversation_key,
+                kind,
+                exc,
+            )
+            reason = PROVIDER_REASONS.get(kind, "provider error")
+            return _Result(
+                "failed", error=f"{kind}: {exc}", notice=PROVIDER_ERROR_REPLY.format(reason=reason)
+            )
+        if exc is not None:
+            log.error("run.crashed run=%s", run_id, exc_info=exc)
+            return _Result(
+                "failed", error=f"{type(exc).__name__}: {exc}", notice=INTERNAL_ERROR_REPLY
+            )
+        text = sanitize(state.final_text)
+        if is_silent(text):
+            return _Result("silent", SILENT_TOKEN)
+        return _Result("completed", text)
+
+    def _turn(
+        self,
+        run: _Run,
+        state: RunState,
+        batch: Batch,
+        result: _Result,
+        meter: RunMeter,
+        replies: Sequence[Reply] = (),
+        *,
+        interrupted: bool = False,
+    ) -> TurnRecord:
+        answered = {id(item) for _, item in state.inputs}
+        late = [t.payload for t in batch.tickets if id(t.payload) not in answered]
+        state.inputs.extend((len(state.messages), item) for item in late)  # queued, then stopped
+        return TurnRecord(
+            run_id=run.id,
+            user=run.user,
+            conversation=run.conversation,
+            persona_name=run.persona.name,
+            model=run.model,
+            state=state,
+            status=result.status,
+            reply_text=result.reply_text,
+            error=result.error,
+            replies=replies,
+            owed=meter.take_owed(),
+            lease_owner=self.s.inbox.owner,
+            interrupted=interrupted,
+        )
+
+    def _emit_end(self, events: RunEvents, result: _Result, state: RunState) -> None:
+        if result.status in ("completed", "silent"):
+            events.emit(
+                "run.completed",
+                status=result.status,
+                iterations=state.iterations,
+                tokens=state.usage.total,
+            )
+        elif result.status == "cancelled":
+            events.emit("run.cancelled", reason="stop")
+        elif result.status == "timeout":
+            events.emit("run.cancelled", reason="timeout")
+        else:
+            events.emit("run.failed", error=result.error or "")
+
+    def _maybe_compact(
+        self, run: _Run, history: ConversationState, state: RunState, saved: TurnSaved
+    ) -> None:
+        compactor = self.s.compactor
+        last_output = state.calls[-1].usage.output_tokens if state.calls else 0
+        stored = len(history.history) + saved.rows
+        if compactor.needed(stored, state.last_prompt_tokens + last_output, run.model):
+            self.s.control.spawn(
+                compactor.compact(
+                    run.conversation, run.user, run.id, chat_type=run.first.chat_type
+                ),
+                name=f"compact:{run.conversation.key}",
+            )
+
+    def _outcome(self, result: _Result, first: IncomingMessage, run_id: str) -> Outcome:
+        if result.status == "silent":
+            return Outcome("silent", (), run_id)
+        if result.status == "cancelled":
+            return Outcome("cancelled", (), run_id)
+        if result.status == "refused" and result.notice is not None:
+            return Outcome("refused", (_reply(first, result.notice, "refusal"),), run_id)
+        if result.notice is not None:
+            return Outcome("failed", (_reply(first, result.notice, "error"),), run_id)
+        assert result.reply_text is not None
+        return Outcome("answered", (_reply(first, result.reply_text, "answer"),), run_id)
+
+
+def _reply(msg: IncomingMessage, text: str, kind: ReplyKind, private: bool = False) -> Reply:
+    return Reply(text, msg.target(as_reply=msg.chat_type == "group"), kind, private)
+
+
+def _last_text(state: RunState) -> str:
+    for message in reversed(state.messages):
+        if message.role == "assistant" and message.text.strip():
+            return message.text
+    return ""
+
+
+def _budget_refusal(detail: str) -> str:
+    return (
+        "You've used up your token allowance for this month, so I can't answer right now. "
+        f"({detail}.) Ask an admin if you need more."
+    )
+
+
+def _log_run(
+    status: str, run: _Run, state: RunState, started: float, saved: TurnSaved | None
+) -> None:
+    usage = state.usage
+    charge = saved.charge if saved else None
+    log.info(
+        "run.%s run=%s conversation=%s user=%s model=%s iterations=%d tokens_in=%d "
+        "tokens_out=%d cache_read=%d cache_write=%d budget_used=%s overage=%s ms=%.0f",
+        status,
+        run.id,
+        run.conversation.key,
+        run.user.id,
+        run.model,
+        state.iterations,
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        charge.used if charge else "-",
+        charge.overage if charge else "-",
+        (time.perf_counter() - started) * 1000,
+    )

@@ -1,0 +1,50 @@
+"""The services one message's path uses, built by `bot.app`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.accounts.budgets import Budgets
+from bot.accounts.identity import Identity
+from bot.agent.events import EventBus
+from bot.agent.guard import Guard
+from bot.agent.loop import AgentLoop
+from bot.commands.registry import Commands
+from bot.config import Settings
+from bot.conversations import Conversations
+from bot.personas import PersonaBook
+from bot.pipeline.compactor import Compactor
+from bot.pipeline.control import RunControl
+from bot.pipeline.intake import Inbox
+from bot.pipeline.outbox import Outbox
+from bot.pipeline.persist import TurnWriter
+from bot.store import Store
+from bot.store.coordination import Coordination
+from bot.store.leases import Leases
+from bot.store.memories import MemoryStore
+from bot.tools.registry import ToolRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Everything the pipeline needs, built by `bot.app`."""
+
+    settings: Settings
+    store: Store
+    identity: Identity
+    budgets: Budgets
+    personas: PersonaBook
+    conversations: Conversations
+    commands: Commands
+    tools: ToolRegistry
+    agent: AgentLoop
+    inbox: Inbox
+    outbox: Outbox
+    writer: TurnWriter
+    leases: Leases
+    coordination: Coordination
+    control: RunControl
+    bus: EventBus
+    guard: Guard
+    memories: MemoryStore
+    compactor: Compactor

@@ -1,0 +1,375 @@
+"""Persisting one run: the user messages it answered, every tool call and
+result, the reply, the run record, its trace spans, token logs, the budget
+settlement, the final state of its inbox messages and its replies in the
+outbox — in one transaction.
+
+The inbox update is also the fence: it only finishes messages still leased to
+this instance, and if another instance has taken one over (this process
+stalled past its lease) the whole turn is rolled back and nothing is sent."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlmodel import col
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from bot.accounts.budgets import Budgets, Charge, Hold
+from bot.accounts.identity import UserRecord
+from bot.agent.state import RunInput, RunState
+from bot.agent.traces import Span, span_rows
+from bot.config import Price
+from bot.conversations import ConversationRecord
+from bot.errors import BotError
+from bot.llm.pricing import estimate_cost
+from bot.llm.types import ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
+from bot.pipeline.intake import finish_statement
+from bot.pipeline.outbox import Outbox, Outgoing
+from bot.store.models import InboxItem, Message, Run, StoredFile, TokenLog, TraceSpan
+from bot.types import IncomingMessage, Reply, Role, utcnow
+
+STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"
+TIMEOUT_NOTE = "(Stopped before finishing: the run took too long.)"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    run_id: str
+    user: UserRecord
+    conversation: ConversationRecord
+    persona_name: str
+    model: str
+    state: RunState
+    status: str
+    """completed | silent | failed | cancelled | timeout"""
+    reply_text: str | None
+    """The sanitized reply as sent (None: nothing to record as the final answer)."""
+    error: str | None = None
+    replies: Sequence[Reply] = ()
+    """What to send (stored in the outbox with the turn)."""
+    owed: Sequence[tuple[Hold | None, int]] | None = None
+    """Budget settlements still to write (the run's meter); None: charge the run's
+    whole usage here (unmetered)."""
+    lease_owner: str | None = None
+    """This instance: only messages it still holds are finished."""
+    interrupted: bool = False
+    """Stopped by shutdown: the messages go back to the inbox, so no message rows
+    are written and they are not finished (the run's spans and tokens are)."""
+
+    @property
+    def messages(self) -> list[IncomingMessage]:
+        return [i.origin for _, i in self.state.inputs if isinstance(i.origin, IncomingMessage)]
+
+    @property
+    def first(self) -> IncomingMessage:
+        return self.messages[0]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSaved:
+    charge: Charge | None
+    rows: int
+    """Conversation messages written."""
+    outgoing: list[Outgoing] = field(default_factory=list)
+    """The replies stored in the outbox, to send now."""
+
+
+class LeaseLost(BotError):
+    """Another instance took over a message of this run: the turn is not ours."""
+
+
+INBOX_STATE = {"completed": "answered"}
+"""A run's status as the final state of the messages it answered."""
+
+
+@dataclass(slots=True)
+class TurnRows:
+    """Everything one turn writes, as rows and statements' inputs: what
+    `record_turn` commits, and what the spool keeps when it cannot."""
+
+    run: Run
+    messages: list[Message]
+    files: list[StoredFile]
+    spans: list[TraceSpan]
+    tokens: list[TokenLog]
+    user_id: int
+    role: Role
+    platform: str
+    inbox_keys: list[str]
+    inbox_state: str
+    error: str | None
+    owed: list[tuple[Hold | None, int]]
+    lease_owner: str | None = None
+
+
+def turn_rows(turn: TurnRecord, prices: Mapping[str, Price]) -> TurnRows:
+    state, first = turn.state, turn.first
+    conversation_id = turn.conversation.id
+    run = Run(
+        id=turn.run_id,
+        conversation_id=conversation_id,
+        user_id=turn.user.id,
+        source=first.source,
+        status="interrupted" if turn.interrupted else turn.status,
+        model=turn.model,
+        persona_name=turn.persona_name,
+        iterations=state.iterations,
+        tokens=state.usage.total,
+        error=turn.error,
+        started_at=first.received_at,
+        finished_at=utcnow(),
+    )
+    finish = not turn.interrupted and first.source == "user"
+    return TurnRows(
+        run=run,
+        messages=[] if turn.interrupted else _message_rows(turn),
+        files=[]
+        if turn.interrupted
+        else [f for m in turn.messages for f in _files(m, conversation_id, turn.run_id)],
+        spans=span_rows(turn.run_id, state.spans),
+        tokens=token_logs(
+            state.calls,
+            run_id=turn.run_id,
+            user_id=turn.user.id,
+            conversation_id=conversation_id,
+            platform=first.platform,
+            purpose="wakeup" if first.source == "scheduler" else "chat",
+            prices=prices,
+        ),
+        user_id=turn.user.id,
+        role=turn.user.role,
+        platform=first.platform,
+        inbox_keys=[m.dedupe_key for m in turn.messages if m.dedupe_key] if finish else [],
+        inbox_state=INBOX_STATE.get(turn.status, turn.status),
+        error=turn.error,
+        owed=list(turn.owed) if turn.owed is not None else [(None, state.usage.total)],
+        lease_owner=turn.lease_owner,
+    )
+
+
+async def record_turn(
+    session: AsyncSession,
+    turn: TurnRecord,
+    budgets: Budgets,
+    prices: Mapping[str, Price],
+    outbox: Outbox | None = None,
+) -> TurnSaved:
+    rows = turn_rows(turn, prices)
+    return await write_turn(session, rows, budgets, outbox, turn.replies)
+
+
+async def write_turn(
+    session: AsyncSession,
+    rows: TurnRows,
+    budgets: Budgets,
+    outbox: Outbox | None = None,
+    replies: Sequence[Reply] = (),
+) -> TurnSaved:
+    """Write a turn in the caller's transaction. When its messages were already
+    finished by someone else (a spooled turn replayed after another instance
+    took them over), only what was spent is recorded."""
+    session.add(rows.run)
+    finished = await _finish_inbox(session, rows)
+    messages = rows.messages if finished else []
+    session.add_all([*messages, *rows.files] if finished else [])
+    session.add_all([*rows.spans, *rows.tokens])
+    charge = None
+    for hold, tokens in rows.owed:
+        if hold is not None:
+            charge = await budgets.settle(hold, tokens, session) or charge
+        else:
+            charge = await budgets.charge(session, rows.user_id, rows.role, tokens) or charge
+    outgoing: list[Outgoing] = []
+    if outbox is not None and replies and finished:
+        outgoing = await outbox.add(session, replies, run_id=rows.run.id)
+    return TurnSaved(charge, len(messages), outgoing)
+
+
+async def _finish_inbox(session: AsyncSession, rows: TurnRows) -> bool:
+    """Finish the turn's inbox messages; False when none was left to finish."""
+    keys = set(rows.inbox_keys)
+    if not keys:
+        return True
+    stmt = finish_statement(
+        rows.platform, list(keys), rows.inbox_state, run_id=rows.run.id, error=rows.error
+    )
+    if rows.lease_owner is not None:
+        stmt = stmt.where(col(InboxItem.lease_owner) == rows.lease_owner)
+    done = int((await session.exec(stmt)).rowcount or 0)
+    if rows.lease_owner is not None and done < len(keys):
+        raise LeaseLost(f"run {rows.run.id}: a message of this run was taken over")
+    return done > 0
+
+
+def token_logs(
+    spans: Sequence[Span],
+    *,
+    run_id: str,
+    user_id: int,
+    conversation_id: int | None,
+    platform: str,
+    purpose: str,
+    prices: Mapping[str, Price],
+) -> list[TokenLog]:
+    """One token log per span that used tokens; LLM calls get `purpose`, internal
+    calls (compaction, memory flush) their own kind."""
+    return [
+        TokenLog(
+            run_id=run_id,
+            user_id=user_id,
+            conversation_id=conversation_id,
+            platform=platform,
+            model=span.name,
+            purpose=purpose if span.kind == "llm" else span.kind,
+            input_tokens=span.usage.input_tokens,
+            output_tokens=span.usage.output_tokens,
+            cache_read_tokens=span.usage.cache_read_tokens,
+            cache_write_tokens=span.usage.cache_write_tokens,
+            cost_usd=estimate_cost(span.name, span.usage, prices),
+        )
+        for span in spans
+        if span.usage.total or not span.is_error
+    ]
+
+
+def _message_rows(turn: TurnRecord) -> list[Message]:
+    """Rows in the order the model saw them; the final assistant message is
+    replaced by the sanitized reply."""
+    state, conversation_id = turn.state, turn.conversation.id
+    inputs: dict[int, list[RunInput]] = {}
+    for at, item in state.inputs:
+        inputs.setdefault(at, []).append(item)
+    input_blocks = {id(b) for _, i in state.inputs for b in i.blocks}
+    steps = list(enumerate(state.messages))
+    last = state.messages[-1] if state.messages else None
+    if (
+        turn.reply_text is not None
+        and len(steps) > 1
+        and last is not None
+        and last.role == "assistant"
+        and not any(isinstance(b, ToolUseBlock) for b in last.content)
+    ):
+        steps = steps[:-1]
+    rows: list[Message] = []
+    for index, message in steps:
+        if message.role == "user":
+            kept = tuple(b for b in message.content if id(b) not in input_blocks)
+            rows += _rows_for(ChatMessage("user", kept), conversation_id, turn.run_id)
+            rows += [_input_row(item, turn) for item in inputs.get(index, ())]
+        else:
+            rows += _rows_for(message, conversation_id, turn.run_id)
+    for at in sorted(set(inputs) - {i for i, _ in steps}):  # inputs never sent (stopped)
+        rows += [_input_row(item, turn) for item in inputs[at]]
+    if turn.reply_text is not None:
+        rows.append(
+            Message(
+                conversation_id=conversation_id,
+                run_id=turn.run_id,
+                role="assistant",
+                text=turn.reply_text,
+                silent=turn.status == "silent",
+            )
+        )
+    elif turn.status in ("cancelled", "timeout"):  # so the next run knows
+        rows.append(
+            Message(
+                conversation_id=conversation_id,
+                run_id=turn.run_id,
+                role="assistant",
+                text=STOPPED_NOTE if turn.status == "cancelled" else TIMEOUT_NOTE,
+                silent=True,
+            )
+        )
+    return rows
+
+
+def _input_row(item: RunInput, turn: TurnRecord) -> Message:
+    msg = item.origin
+    assert isinstance(msg, IncomingMessage)
+    received: datetime = msg.received_at
+    return Message(
+        conversation_id=turn.conversation.id,
+        run_id=turn.run_id,
+        role="user",
+        text=item.text,
+        user_id=turn.user.id,
+        platform_message_id=msg.platform_message_id,
+        data=_attachment_meta(msg),
+        created_at=received,
+    )
+
+
+def _rows_for(message: ChatMessage, conversation_id: int, run_id: str) -> list[Message]:
+    rows: list[Message] = []
+    for block in message.content:
+        if isinstance(block, TextBlock) and block.text.strip():
+            rows.append(
+                Message(
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    role="assistant" if message.role == "assistant" else "user",
+                    text=block.text,
+                )
+            )
+        elif isinstance(block, ToolUseBlock):
+            rows.append(
+                Message(
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    role="tool_call",
+                    tool_use_id=block.id,
+                    tool_name=block.name,
+                    data=dict(block.input),
+                )
+            )
+        elif isinstance(block, ToolResultBlock):
+            rows.append(
+                Message(
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    role="tool_result",
+                    tool_use_id=block.tool_use_id,
+                    text=block.content,
+                    is_error=block.is_error,
+                )
+            )
+    return rows
+
+
+def _files(msg: IncomingMessage, conversation_id: int, run_id: str) -> list[StoredFile]:
+    return [
+        StoredFile(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            platform=msg.platform,
+            platform_file_id=a.file_id,
+            kind=a.kind,
+            name=a.name,
+            mime_type=a.mime_type,
+            size=len(a.data),
+            sha256=hashlib.sha256(a.data).hexdigest(),
+            data=a.data,
+        )
+        for a in msg.attachments
+        if a.data is not None
+    ]
+
+
+def _attachment_meta(msg: IncomingMessage) -> dict[str, object] | None:
+    if not msg.attachments:
+        return None
+    return {
+        "attachments": [
+            {
+                "kind": a.kind,
+                "file_id": a.file_id,
+                "name": a.name,
+                "mime_type": a.mime_type,
+                "size": a.size,
+            }
+            for a in msg.attachments
+        ]
+    }

@@ -1,0 +1,202 @@
+"""Coordination between instances sharing one database.
+
+- `notify` / `listen`: on PostgreSQL, `NOTIFY` on one channel ("switchboard"),
+  received by every instance's `LISTEN` on a dedicated connection (payloads are
+  "<schema>|<kind>:<key>", so instances on other schemas ignore them). SQLite
+  has no notifications: callers fall back to polling (the recovery sweep).
+- `leadership(name)`: one holder across instances. On PostgreSQL, a session
+  advisory lock held on its own connection: it is released the moment that
+  process dies (its connection closes), so another instance takes over within
+  its polling interval. On SQLite, a lease renewed every few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from bot.store.db import Store
+from bot.store.leases import Held, Leases
+
+log = logging.getLogger("switchboard.control")
+
+CHANNEL = "switchboard"
+POLL_S = 1.0
+"""How often a waiting instance tries to become leader."""
+CHECK_S = 2.0
+"""How often a leader checks that it still is."""
+
+
+def lock_key(name: str) -> int:
+    """A stable signed 64-bit advisory lock key for `name`."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+class Leadership:
+    """Held by one instance at a time. `wait()` returns once this one holds it;
+    `held` says whether it still does (a lost database connection, or an expired
+    lease, ends it)."""
+
+    def __init__(self, control: Coordination, name: str) -> None:
+        self._control = control
+        self.name = name
+        self._held = asyncio.Event()
+        self._lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._conn: AsyncConnection | None = None
+        self._lease: Held | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._held.is_set() and not self._lost.is_set()
+
+    async def wait(self) -> None:
+        """Block until this instance is the leader."""
+        if self._task is None or self._task.done():
+            self._lost.clear()
+            self._task = asyncio.create_task(self._campaign(), name=f"leader:{self.name}")
+        await self._held.wait()
+
+    async def lost(self) -> None:
+        """Block until leadership, once held, is lost."""
+        await self._lost.wait()
+
+    async def _campaign(self) -> None:
+        try:
+            while not await self._try():  # noqa: ASYNC110 (polling a lock in the database)
+                await asyncio.sleep(POLL_S)
+            log.info("leader.elected name=%s instance=%s", self.name, self._control.owner)
+            self._held.set()
+            while await self._still():  # noqa: ASYNC110 (checking the connection holds it)
+                await asyncio.sleep(CHECK_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("leader.check_failed name=%s", self.name)
+        self._held.clear()
+        self._lost.set()
+        log.warning("leader.lost name=%s instance=%s", self.name, self._control.owner)
+        await self._drop()
+
+    async def _try(self) -> bool:
+        control = self._control
+        if control.store.dialect != "postgresql":
+            self._lease = await control.leases.acquire(f"leader:{self.name}", seconds=10)
+            return self._lease is not None
+        try:
+            if self._conn is None:
+                self._conn = await control.store.engine.connect()
+            got = await self._conn.scalar(
+                text("SELECT pg_try_advisory_lock(:k)"), {"k": control.lock_key(self.name)}
+            )
+            await self._conn.commit()
+            return bool(got)
+        except Exception as exc:
+            log.warning("leader.try_failed name=%s: %s", self.name, exc)
+            await self._drop()
+            return False
+
+    async def _still(self) -> bool:
+        control = self._control
+        if control.store.dialect != "postgresql":
+            self._lease = await control.leases.acquire(f"leader:{self.name}", seconds=10)
+            return self._lease is not None
+        if self._conn is None:
+            return False
+        await self._conn.scalar(text("SELECT 1"))
+        await self._conn.commit()
+        return True
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def release(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        self._held.clear()
+        if self._lease is not None:
+            with contextlib.suppress(Exception):
+                await self._control.leases.release(self._lease)
+            self._lease = None
+        await self._drop()  # closing the connection frees the advisory lock
+
+
+class Coordination:
+    def __init__(self, store: Store, leases: Leases, schema: str | None = None) -> None:
+        self.store = store
+        self.leases = leases
+        self.schema = schema or ""
+        self.owner = leases.owner
+        self._listener: AsyncConnection | None = None
+        self._callbacks: list[Callable[[str, str], None]] = []
+        self._leaders: dict[str, Leadership] = {}
+
+    @property
+    def notifies(self) -> bool:
+        """Whether other instances hear `notify` (PostgreSQL) or must poll."""
+        return self.store.dialect == "postgresql"
+
+    def lock_key(self, name: str) -> int:
+        return lock_key(f"{self.schema}|{name}")
+
+    def leadership(self, name: str) -> Leadership:
+        if name not in self._leaders:
+            self._leaders[name] = Leadership(self, name)
+        return self._leaders[name]
+
+    async def listen(self, callback: Callable[[str, str], None]) -> None:
+        """Call `callback(kind, key)` for every notification (PostgreSQL only)."""
+        self._callbacks.append(callback)
+        if not self.notifies or self._listener is not None:
+            return
+        conn = await self.store.engine.connect()
+        raw: Any = (await conn.get_raw_connection()).driver_connection
+        await raw.add_listener(CHANNEL, self._received)
+        self._listener = conn
+        log.info("control.listening channel=%s", CHANNEL)
+
+    def _received(self, connection: Any, pid: int, channel: str, payload: str) -> None:
+        schema, _, message = payload.partition("|")
+        if schema != self.schema:
+            return
+        kind, _, key = message.partition(":")
+        for callback in self._callbacks:
+            try:
+                callback(kind, key)
+            except Exception:
+                log.exception("control.callback_failed kind=%s", kind)
+
+    async def notify(self, kind: str, key: str) -> None:
+        """Tell every instance (PostgreSQL; a no-op on SQLite)."""
+        if not self.notifies:
+            return
+        try:
+            async with self.store.engine.connect() as conn:
+                await conn.execute(
+                    text("SELECT pg_notify(:c, :p)"),
+                    {"c": CHANNEL, "p": f"{self.schema}|{kind}:{key}"},
+                )
+                await conn.commit()
+        except Exception as exc:  # a hint only: the sweep finds the work anyway
+            log.warning("control.notify_failed kind=%s: %s", kind, exc)
+
+    async def close(self) -> None:
+        for leader in self._leaders.values():
+            await leader.release()
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+            self._listener = None

@@ -1,0 +1,148 @@
+"""Named leases in the database: one holder at a time across every instance.
+
+`acquire` is one atomic upsert: it inserts the lease, or takes it over when it
+is expired or already ours, and returns a fresh token; anything else (held by
+a live instance) returns None. `renew` extends everything this instance holds
+in one statement and reports the leases someone asked to stop. `release`
+frees a lease only if the token still matches, so releasing an older take
+never frees a newer one. SQLite and PostgreSQL share the code (both have
+`INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import delete, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlmodel import col, select
+
+from bot.store.db import Store
+from bot.store.models import Lease
+from bot.types import utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    name: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    name: str
+    owner: str
+    expires_at: Any
+    user_id: int | None
+    run_id: str | None
+    stop_requested_by: str | None
+
+
+class Leases:
+    def __init__(self, store: Store, owner: str, lease_seconds: float) -> None:
+        self._store = store
+        self.owner = owner
+        self.lease = timedelta(seconds=lease_seconds)
+
+    async def acquire(
+        self,
+        name: str,
+        *,
+        seconds: float | None = None,
+        user_id: int | None = None,
+        run_id: str | None = None,
+    ) -> Held | None:
+        now = utcnow()
+        expires = now + (self.lease if seconds is None else timedelta(seconds=seconds))
+        token = secrets.token_hex(8)
+        values = {
+            "name": name,
+            "owner": self.owner,
+            "token": token,
+            "expires_at": expires,
+            "user_id": user_id,
+            "run_id": run_id,
+            "stop_requested_by": None,
+            "acquired_at": now,
+        }
+        insert = postgresql.insert if self._store.dialect == "postgresql" else sqlite.insert
+        base = insert(Lease).values(**values)
+        stmt = base.on_conflict_do_update(
+            index_elements=[col(Lease.name)],
+            set_={k: base.excluded[k] for k in values if k != "name"},
+            where=(col(Lease.owner) == self.owner) | (col(Lease.expires_at) < now),
+        ).returning(col(Lease.token))
+        async with self._store.write() as session:
+            row = (await session.exec(stmt)).first()
+        return Held(name, token) if row is not None else None
+
+    async def release(self, held: Held) -> None:
+        async with self._store.write() as session:
+            await session.exec(
+                delete(Lease).where(col(Lease.name) == held.name, col(Lease.token) == held.token)
+            )
+
+    async def renew(self) -> list[str]:
+        """Extend this instance's leases; returns the ones asked to stop."""
+        async with self._store.write_urgent() as session:
+            rows = await session.exec(
+                update(Lease)
+                .where(col(Lease.owner) == self.owner, col(Lease.expires_at) >= utcnow())
+                .values(expires_at=utcnow() + self.lease)
+                .returning(col(Lease.name), col(Lease.stop_requested_by))
+            )
+            return [name for name, stop in rows.all() if stop]
+
+    async def release_all(self) -> int:
+        """Free everything this instance holds (shutdown)."""
+        async with self._store.write() as session:
+            result = await session.exec(delete(Lease).where(col(Lease.owner) == self.owner))
+        return int(result.rowcount or 0)
+
+    async def get(self, name: str) -> LeaseInfo | None:
+        async with self._store.read() as session:
+            row = (
+                await session.exec(
+                    select(Lease).where(col(Lease.name) == name, col(Lease.expires_at) >= utcnow())
+                )
+            ).first()
+        return None if row is None else _info(row)
+
+    async def request_stop(self, name: str, by: str) -> LeaseInfo | None:
+        """Ask the live holder of `name` to stop; its info, or None if nobody holds it."""
+        async with self._store.write() as session:
+            row = (
+                await session.exec(
+                    update(Lease)
+                    .where(col(Lease.name) == name, col(Lease.expires_at) >= utcnow())
+                    .values(stop_requested_by=by)
+                    .returning(Lease)
+                )
+            ).first()
+        return None if row is None else _info(row[0])
+
+    async def listing(self, prefix: str = "") -> Sequence[LeaseInfo]:
+        async with self._store.read() as session:
+            rows = await session.exec(
+                select(Lease)
+                .where(col(Lease.name).startswith(prefix), col(Lease.expires_at) >= utcnow())
+                .order_by(col(Lease.name))
+            )
+            return [_info(r) for r in rows.all()]
+
+    async def forget_expired(self, older_than: timedelta = timedelta(hours=1)) -> int:
+        async with self._store.write() as session:
+            result = await session.exec(
+                delete(Lease).where(col(Lease.expires_at) < utcnow() - older_than)
+            )
+        return int(result.rowcount or 0)
+
+
+def _info(row: Lease) -> LeaseInfo:
+    return LeaseInfo(
+        row.name, row.owner, row.expires_at, row.user_id, row.run_id, row.stop_requested_by
+    )

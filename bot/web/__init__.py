@@ -1,0 +1,1 @@
+"""The service's HTTP server: adapters' webhooks mount here, next to /healthz."""

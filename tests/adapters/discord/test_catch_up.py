@@ -1,0 +1,64 @@
+"""Discord does not redeliver: messages sent while the bot was away are read from
+the channel's history after a new session, answered once, and never again."""
+
+from __future__ import annotations
+
+from adapters.discord import create_adapter
+from tests.adapters.discord.helpers import SECRETS, settle
+from tests.fakes.anthropic import FakeAnthropic, last_user_text, text_reply
+from tests.fakes.discord import FakeDiscord
+from tests.fakes.discord_payloads import BOT_ID, CHANNEL_ID
+
+
+async def test_messages_missed_while_away_are_caught_up_once(
+    make_app, fake_discord: FakeDiscord, fake_anthropic: FakeAnthropic
+):
+    # "[Alice] two" → "re: two" (the last line: merged messages come in order)
+    fake_anthropic.responder = lambda body: text_reply(
+        "re: " + last_user_text(body).splitlines()[-1].split("] ", 1)[-1]
+    )
+    settings = {
+        "server": {"port": 0},
+        "discord": {"enabled": True, "api_base_url": fake_discord.api_base_url},
+    }
+
+    async def start():  # type: ignore[no-untyped-def]
+        app = await make_app(**settings)
+        adapter = create_adapter(app.settings, SECRETS)
+        await app.start([adapter])
+        await fake_discord.sync()
+        return app, adapter
+
+    app, adapter = await start()
+    await fake_discord.dispatch("MESSAGE_CREATE", fake_discord.user_message(f"<@{BOT_ID}> one"))
+    await fake_discord.wait_for_message(CHANNEL_ID, 1)
+    await settle(fake_discord, adapter)
+    await app.close()
+
+    # While the bot is away: two questions for it and some chatter, never delivered.
+    fake_discord.user_message(f"<@{BOT_ID}> two")
+    fake_discord.user_message("just chatting")
+    fake_discord.user_message(f"<@{BOT_ID}> three")
+
+    app, adapter = await start()  # a new session: READY, then the catch-up
+    await fake_discord.wait_until(
+        lambda: any("three" in p.content for p in fake_discord.visible(CHANNEL_ID))
+    )
+    await settle(fake_discord, adapter)
+    await app.close()
+    calls = fake_anthropic.request_count
+    app, adapter = await start()  # and again: nothing answered twice
+    await settle(fake_discord, adapter)
+
+    texts = [p.content for p in fake_discord.visible(CHANNEL_ID)]
+    asked = [
+        block["text"]
+        for request in fake_anthropic.requests
+        for block in request.messages[-1]["content"]
+        if block.get("type") == "text"
+    ]
+    assert texts[0] == "re: one" and texts[-1] == "re: three"
+    assert len(texts) in (2, 3)  # "two" and "three" answered together or one by one
+    assert sum("two" in a for a in asked) >= 1 and "just chatting" not in " ".join(asked)
+    assert fake_anthropic.request_count == calls  # the third start caught up nothing new
+    assert fake_discord.requests("GET", rf"/channels/{CHANNEL_ID}/messages")

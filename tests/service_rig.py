@@ -1,0 +1,185 @@
+"""The real service as a subprocess (`python -m bot run`), for tests that kill it.
+
+`Service` starts `switchboard run` with Slack in HTTP mode against a `FakeSlack`
+and the model at a `FakeAnthropic`, waits for `/healthz`, and can SIGKILL,
+SIGTERM and restart it; its stderr is kept for the failure message and for
+assertions on its logs. `SlackSender` plays Slack's side of the Events API:
+signed deliveries, redelivered (with `X-Slack-Retry-Num`) until answered 200,
+as Slack does while a service is down or answers an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.conftest import TEST_API_KEY, Database
+from tests.fakes.anthropic import FakeAnthropic
+from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, FakeSlack, signed_headers
+from tests.paths import REPO_ROOT
+
+START_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def service_env(
+    database: Database, model: FakeAnthropic, slack: FakeSlack, port: int, **extra: str
+) -> dict[str, str]:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "ANTHROPIC_API_KEY": TEST_API_KEY,
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SWITCHBOARD__DATABASE__URL": database.url,
+        "SWITCHBOARD__LLM__BASE_URL": model.base_url,
+        "SWITCHBOARD__LLM__MAX_RETRIES": "0",
+        "SWITCHBOARD__SLACK__ENABLED": "true",
+        "SWITCHBOARD__SLACK__MODE": "http",
+        "SWITCHBOARD__SLACK__API_BASE_URL": slack.api_url,
+        "SWITCHBOARD__SERVER__PORT": str(port),
+        "SWITCHBOARD__BUDGETS__GUEST": "unlimited",
+        "SWITCHBOARD__INBOX__LEASE_SECONDS": "3",
+        "SWITCHBOARD__INBOX__SWEEP_SECONDS": "0.5",
+        "SWITCHBOARD__LOGGING__LEVEL": "INFO",
+    }
+    if database.schema:
+        env["SWITCHBOARD__DATABASE__SCHEMA_NAME"] = database.schema
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Service:
+    env: dict[str, str]
+    cwd: Path
+    port: int
+    proc: asyncio.subprocess.Process | None = None
+    logs: list[str] = field(default_factory=list)
+    """stderr lines of every run, in order."""
+    _reader: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            "run",
+            env={**self.env, "PYTHONPATH": str(REPO_ROOT)},
+            cwd=self.cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        self._reader = asyncio.create_task(self._read(self.proc))
+        await self._wait_healthy()
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None
+        async for line in proc.stderr:
+            self.logs.append(line.decode(errors="replace").rstrip())
+
+    async def _wait_healthy(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + START_TIMEOUT_S
+        async with aiohttp.ClientSession() as http:
+            while True:
+                if self.proc is not None and self.proc.returncode is not None:
+                    await self._drain()
+                    raise AssertionError("the service exited:\n" + self.log_text)
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    async with http.get(self.url + "/healthz") as response:
+                        if response.status == 200:
+                            return
+                if loop.time() > deadline:
+                    raise AssertionError("the service did not get healthy:\n" + self.log_text)
+                await asyncio.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no cleanup, like a crash."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+
+    async def stop(self, sig: int = signal.SIGTERM, grace: float = 60.0) -> int:
+        proc = self.proc
+        if proc is None:
+            return 0
+        if proc.returncode is None:
+            proc.send_signal(sig)
+        try:
+            code = await asyncio.wait_for(proc.wait(), grace)
+        except TimeoutError:
+            proc.kill()
+            code = await proc.wait()
+        await self._drain()
+        self.proc = None
+        return code
+
+    async def _drain(self) -> None:
+        if self._reader is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._reader, 5)
+            self._reader = None
+
+    @property
+    def log_text(self) -> str:
+        return "\n".join(self.logs[-200:])
+
+
+@dataclass
+class SlackSender:
+    """Slack's side of the Events API: signed deliveries, retried until 200."""
+
+    http: aiohttp.ClientSession
+    urls: list[str]
+    """Where to deliver (one per instance); deliveries rotate over them."""
+    delivered: dict[str, int] = field(default_factory=dict)
+    """event_id → attempts it took."""
+    _next: int = 0
+
+    async def deliver(self, body: Mapping[str, Any], *, within: float = 90.0) -> None:
+        raw = json.dumps(body)
+        event_id = str(body.get("event_id"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        attempt = 0
+        while True:
+            url = self.urls[self._next % len(self.urls)]
+            self._next += 1
+            headers = {"Content-Type": "application/json", **signed_headers(raw)}
+            if attempt:
+                headers["X-Slack-Retry-Num"] = str(attempt)
+                headers["X-Slack-Retry-Reason"] = "http_error"
+            attempt += 1
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                timeout = aiohttp.ClientTimeout(total=3.0)  # Slack's own deadline
+                async with self.http.post(
+                    url + "/slack/events", data=raw.encode(), headers=headers, timeout=timeout
+                ) as response:
+                    if response.status == 200:
+                        self.delivered[event_id] = attempt
+                        return
+            if loop.time() > deadline:
+                raise AssertionError(f"event {event_id} was never acknowledged")
+            await asyncio.sleep(0.2)
