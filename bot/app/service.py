@@ -8,7 +8,6 @@ that platform is enabled.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import logging
 import os
@@ -29,6 +28,7 @@ from bot.agent.executor import ToolExecutor
 from bot.agent.flush import MemoryFlush
 from bot.agent.guard import Guard
 from bot.agent.loop import AgentLoop
+from bot.app.health import DatabaseHealth
 from bot.app.wiring import build_extras
 from bot.commands.core import core_commands
 from bot.commands.registry import Commands, CommandSpec
@@ -65,6 +65,9 @@ log = logging.getLogger("switchboard.app")
 EXTRAS = {"telegram": "telegram", "slack": "slack", "discord": "discord"}
 HEALTH_TIMEOUT_S = 0.8
 """/healthz answers within a second, even when the database does not."""
+HEALTH_GRACE_S = 10.0
+"""A database slower than that deadline still counts as alive for this long
+after its last answer."""
 
 
 def make_provider(settings: Settings, secrets: Secrets) -> Provider:
@@ -108,6 +111,9 @@ class App:
             pool_timeout=self.settings.database.pool_timeout_seconds,
         )
         await self.store.upgrade()
+        self._database_health = DatabaseHealth(
+            self.store.ping, timeout=HEALTH_TIMEOUT_S, grace=HEALTH_GRACE_S
+        )
         personas = await sync_personas(self.store, self.settings.personas.dir)
         errors = ErrorChannel(self.store)
         agent, llm, durable = self.settings.agent, self.settings.llm, self.settings.inbox
@@ -248,8 +254,8 @@ class App:
             log.info("adapter.started platform=%s", adapter.platform)
 
     async def _health(self) -> dict[str, object]:
-        await asyncio.wait_for(self.store.ping(), HEALTH_TIMEOUT_S)
-        return {"database": "ok", "adapters": [a.platform for a in self.adapters]}
+        database = await self._database_health.check()
+        return {"database": database, "adapters": [a.platform for a in self.adapters]}
 
     def attach(self, adapter: Adapter) -> None:
         self.pipeline.attach(adapter)

@@ -201,6 +201,9 @@ class InboxSettings(Section):
     max_busy: int = Field(default=16, ge=1)
     """Messages doing CPU or database work at once (those waiting for the model or
     their turn do not count). Beyond it, accepted messages wait in the inbox."""
+    max_loop_lag_ms: int = Field(default=250, ge=0)
+    """A new message waits while the event loop runs later than this, so that
+    intake and /healthz keep up under overload (0: never wait)."""
     drain_seconds: float = Field(default=30.0, ge=0)
     """At shutdown (SIGTERM), how long running work may take to finish before
     it is handed back to the inbox for the next process."""

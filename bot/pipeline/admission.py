@@ -11,6 +11,12 @@ on the model is free, so thousands of conversations can wait on it at once.
 The slot of the message being handled is in a context variable, so the
 agent loop (a task of its own, which inherits the context) can give it up
 around each LLM call without it being passed down.
+
+A new message also waits while the event loop itself runs late
+(`[inbox] max_loop_lag_ms`): intake (storing and acknowledging what arrives)
+and `/healthz` share that loop, so under more load than the CPU can answer,
+the answering slows down, not the accepting. Runs already under way are not
+held back: finishing them is what frees the loop.
 """
 
 from __future__ import annotations
@@ -40,10 +46,38 @@ class Slot:
 current_slot: ContextVar[Slot | None] = ContextVar("current_slot", default=None)
 
 
+class LoopLag:
+    """How late the event loop runs what is ready: the time one pass through
+    the loop takes. `calm()` returns once a pass takes at most `limit` seconds
+    (checking again every `interval` while it does not)."""
+
+    def __init__(self, limit: float, interval: float = 0.05) -> None:
+        self.limit = limit
+        self.interval = interval
+        self.last = 0.0
+        self.waits = 0
+        """How many times a message waited for the loop (for tests and figures)."""
+
+    async def measure(self) -> float:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.sleep(0)  # back of the queue of what is ready to run
+        self.last = loop.time() - started
+        return self.last
+
+    async def calm(self) -> None:
+        if self.limit <= 0:
+            return
+        while await self.measure() > self.limit:
+            self.waits += 1
+            await asyncio.sleep(self.interval)
+
+
 class Admission:
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_loop_lag: float = 0.0) -> None:
         self._semaphore = asyncio.Semaphore(limit)
         self.limit = limit
+        self.lag = LoopLag(max_loop_lag)
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[Slot]:
@@ -52,6 +86,7 @@ class Admission:
         token = current_slot.set(slot)
         try:
             await slot.take()
+            await self.lag.calm()
             yield slot
         finally:
             slot.give_up()

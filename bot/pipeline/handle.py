@@ -61,7 +61,8 @@ class Pipeline:
         self._left_for_us: set[str] = set()
         self._held: set[tuple[str, str]] = set()
         """(platform, event id) of the messages this process is handling."""
-        self._admission = Admission(services.settings.inbox.max_busy)
+        inbox = services.settings.inbox
+        self._admission = Admission(inbox.max_busy, inbox.max_loop_lag_ms / 1000)
         self._closed = False
 
     # -- adapters -----------------------------------------------------------

@@ -1,0 +1,48 @@
+"""Admission: a new message waits while the event loop runs late, so that
+intake keeps up; runs already holding a slot are not held back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bot.pipeline.admission import Admission, LoopLag
+
+
+def busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def test_a_new_message_waits_while_the_loop_is_late() -> None:
+    admission = Admission(4, max_loop_lag=0.02)
+    admission.lag.interval = 0.01
+    order: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    def hog(times: int) -> None:  # ready callbacks that keep the loop late
+        busy(0.05)
+        order.append("hog")
+        if times > 1:
+            loop.call_soon(hog, times - 1)
+
+    async def message() -> None:
+        async with admission.slot():
+            order.append("message")
+
+    loop.call_soon(hog, 3)
+    await message()
+    assert admission.lag.waits >= 1
+    assert order.index("message") > order.index("hog")  # let the late loop catch up first
+
+
+async def test_no_wait_on_a_calm_loop_or_when_turned_off() -> None:
+    calm = Admission(4, max_loop_lag=0.5)
+    async with calm.slot():
+        pass
+    assert calm.lag.waits == 0
+    off = LoopLag(0)
+    asyncio.get_running_loop().call_soon(busy, 0.05)
+    await off.calm()  # returns without measuring
+    assert off.waits == 0 and off.last == 0.0
