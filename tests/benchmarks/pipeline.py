@@ -3,7 +3,11 @@
 Mode "sequential": N messages, one after another, through the real pipeline
 (SQLite file database, dedupe, identity, budget, persona, conversation,
 history, persistence, token logs) with an in-process provider that answers
-immediately, no tools. Prints messages/s, p50/p99 latency and peak RSS.
+immediately, no tools. Prints messages/s, p50/p99 latency, CPU per message,
+SQL statements and committed transactions per message and peak RSS; beside
+them the floor: a minimal durable bot on aiosqlite doing the same essential I/O
+per message (store the event in an inbox, then one transaction with both
+messages, the reply in an outbox and the inbox row marked done).
 
 Mode "concurrent": C conversations at once, the provider sleeping 1 s per call;
 prints the total wall time (ideal: just over 1 s).
@@ -23,6 +27,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import aiosqlite
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.app import App
 from bot.config import Secrets, Settings
@@ -96,25 +104,93 @@ async def open_app(url: str, delay: float) -> tuple[App, NullAdapter]:
     return app, adapter
 
 
+class SqlCounter:
+    """Statements and committed transactions on the app's engines."""
+
+    def __init__(self, engines: set[AsyncEngine]) -> None:
+        self.statements = 0
+        self.commits = 0
+        for engine in engines:
+            event.listen(engine.sync_engine, "before_cursor_execute", self._statement)
+            event.listen(engine.sync_engine, "commit", self._commit)
+
+    def _statement(self, *_: object) -> None:
+        self.statements += 1
+
+    def _commit(self, *_: object) -> None:
+        self.commits += 1
+
+
 async def sequential(url: str, n: int, conversations: int) -> None:
     app, adapter = await open_app(url, 0.0)
     for i in range(50):  # warm up: create users and conversations, fill caches
         await app.pipeline.handle(msg(-i - 1, i % conversations))
+    counter = SqlCounter({app.store.engine, app.store.urgent_engine})
     latencies = []
+    cpu = time.process_time()
     started = time.perf_counter()
     for i in range(n):
         t0 = time.perf_counter()
         await app.pipeline.handle(msg(i, i % conversations))
         latencies.append((time.perf_counter() - t0) * 1000)
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     await app.close()
     latencies.sort()
+    p50 = statistics.median(latencies)
+    floor = await minimal_bot(url, n) if url.startswith("sqlite") else None
     print(f"sequential: {n} messages over {conversations} conversations in {elapsed:.2f} s")
     print(f"  throughput   {n / elapsed:8.1f} messages/s")
-    print(f"  latency p50  {statistics.median(latencies):8.2f} ms")
+    print(f"  latency p50  {p50:8.2f} ms" + (f"  (floor {floor[0]:.2f} ms)" if floor else ""))
     print(f"  latency p99  {latencies[int(len(latencies) * 0.99) - 1]:8.2f} ms")
+    print(
+        f"  CPU          {cpu / n * 1000:8.2f} ms/message"
+        + (f"  (floor {floor[1]:.2f} ms)" if floor else "")
+    )
+    print(f"  statements   {counter.statements / n:8.1f} per message  (floor 5)")
+    print(f"  commits      {counter.commits / n:8.1f} per message  (floor 2)")
     print(f"  peak RSS     {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")
     assert adapter.sent >= n
+
+
+async def minimal_bot(url: str, n: int) -> tuple[float, float]:
+    """The floor: per message, the inbox insert in one transaction; then the
+    user's message and the reply, the outbox row and the inbox row's status in
+    a second one; on aiosqlite (a worker thread) in WAL mode. Returns (p50 ms,
+    CPU ms) per message."""
+    path = url.split("///", 1)[1] + ".floor"
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.executescript(
+            "CREATE TABLE inbox (event_id TEXT PRIMARY KEY, payload TEXT, status TEXT);"
+            "CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation TEXT, role TEXT,"
+            " content TEXT);"
+            "CREATE TABLE outbox (id INTEGER PRIMARY KEY, conversation TEXT, content TEXT);"
+        )
+        latencies = []
+        cpu = time.process_time()
+        for i in range(n):
+            t0 = time.perf_counter()
+            event_id, conversation = f"e{i}", f"c{i % 50}"
+            await db.execute("BEGIN")
+            await db.execute(
+                "INSERT INTO inbox VALUES (?, ?, 'pending')", (event_id, f"message number {i}")
+            )
+            await db.execute("COMMIT")
+            await db.execute("BEGIN")
+            await db.executemany(
+                "INSERT INTO messages (conversation, role, content) VALUES (?, ?, ?)",
+                [(conversation, "user", f"message number {i}"), (conversation, "assistant", "ok")],
+            )
+            await db.execute(
+                "INSERT INTO outbox (conversation, content) VALUES (?, ?)", (conversation, "ok")
+            )
+            await db.execute("UPDATE inbox SET status = 'answered' WHERE event_id = ?", (event_id,))
+            await db.execute("COMMIT")
+            latencies.append((time.perf_counter() - t0) * 1000)
+        cpu = time.process_time() - cpu
+    return statistics.median(latencies), cpu / n * 1000
 
 
 async def concurrent(url: str, conversations: int) -> None:
