@@ -49,6 +49,8 @@ async def _wait_for_stop() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
+        # Event loops without signal handlers (Windows) raise NotImplementedError:
+        # there, Ctrl-C still ends the process through KeyboardInterrupt.
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await stop.wait()
