@@ -31,7 +31,7 @@ def _tags(names: str) -> re.Pattern[str]:
 
 
 _TOOL_TAG = _tags(
-    r"function_calls|function_results|invoke|parameter"
+    r"function_calls|function_call|function_results|function_result|invoke|parameter"
     r"|tool_use|tool_calls|tool_call|tool_results|tool_result"
 )
 _CALL_LINE = re.compile(
@@ -40,9 +40,15 @@ _CALL_LINE = re.compile(
     re.I | re.M,
 )
 _JSON_LINE = re.compile(r"^[ \t]*(\{[^\n]*\})[ \t]*(?:\n|\Z)", re.M)
+_MARKER = re.compile(
+    r"[ \t]*\[(?:(?P<call>tool[ _]calls?|tool[ _]use|called[ ]tool|calling[ ]tool)"
+    r"|(?P<output>tool[ _]results?|tool[ _]output|historical[ _]context))\b",
+    re.I,
+)
+_JSON_MAX_LINES = 400
 _ARG_KEYS = frozenset({"arguments", "args", "input"})
 
-_THINK_NAMES = r"thinking|think|reasoning|reflection"
+_THINK_NAMES = r"thinking|think|thought|antthinking|reasoning|reflection"
 _THINK_TAG = _tags(_THINK_NAMES)
 _THINK_UNCLOSED = re.compile(
     rf"<{_NS}(?:{_THINK_NAMES}){_ATTRS}(?<!/)>.*?(?=\n[ \t]*\n|\Z)", re.I | re.S
@@ -145,18 +151,56 @@ def _json_call(match: re.Match[str]) -> str:
     return match.group(0)
 
 
+def _json_after(lines: list[str], start: int) -> int:
+    """The index after a JSON value that starts on `lines[start]` (it may run over
+    several lines), or `start` when none does."""
+    if start >= len(lines) or lines[start].lstrip()[:1] not in ("{", "["):
+        return start
+    for end in range(start + 1, min(len(lines), start + _JSON_MAX_LINES) + 1):
+        try:
+            json.loads("\n".join(lines[start:end]))
+        except (ValueError, RecursionError):
+            continue
+        return end
+    return start
+
+
+def _strip_markers(text: str) -> str:
+    """Scan line by line for lines that start with a text-form call or result marker
+    (`[Tool Call: …]`, `[Tool Result …]`, `[Historical context: …]`, …) and drop each
+    with what follows it: the JSON arguments or output (one value, possibly over several
+    lines) and, after a result or context marker, its plain-text output up to the next
+    blank line."""
+    lines = text.split("\n")
+    kept: list[str] = []
+    index = 0
+    while index < len(lines):
+        marker = _MARKER.match(lines[index])
+        if marker is None:
+            kept.append(lines[index])
+            index += 1
+            continue
+        after = _json_after(lines, index + 1)
+        if after == index + 1 and marker["output"]:
+            while after < len(lines) and lines[after].strip():
+                after += 1
+        index = after
+    return "\n".join(kept)
+
+
 def _strip_text_calls(text: str) -> str:
-    """Step 2: drop whole lines that spell a tool call out as text:
-    `[Tool call: f(...)]`, `[Called tool f with {...}]`, `Tool call: f(...)`, and a JSON
+    """Step 2: drop text-form tool calls and results: marker lines with the JSON or
+    output that follows them (`_strip_markers`), `Tool call: f(...)` lines, and a JSON
     object alone on its line shaped exactly {"tool": str, "arguments"|"args"|"input": {}}
     or {"name": str, "arguments": {}}. Prose that merely mentions tools stays."""
-    return _JSON_LINE.sub(_json_call, _CALL_LINE.sub("", text))
+    return _JSON_LINE.sub(_json_call, _CALL_LINE.sub("", _strip_markers(text)))
 
 
 def _strip_thinking(text: str) -> str:
-    """Step 3: drop <thinking>, <think>, <reasoning> and <reflection> blocks with their
-    content (any case). An opening tag that is never closed drops everything up to the
-    next blank line (or the end of the text); a stray closing tag is dropped alone."""
+    """Step 3: drop <thinking>, <think>, <thought>, <antThinking>, <reasoning> and
+    <reflection> blocks with their content (any case; the first closing tag ends a
+    block). An opening tag that is never closed drops everything up to the next blank
+    line (or the end of the text); a stray closing tag is dropped alone."""
     text = _drop_elements(_THINK_TAG, text)
     spans = [match.span() for match in _THINK_UNCLOSED.finditer(text)]
     return _cut(text, spans + [tag.span() for tag in _THINK_TAG.finditer(text)])

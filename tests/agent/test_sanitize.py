@@ -34,6 +34,18 @@ TOOL_XML: list[Case] = [
     ("self-closing tag", 'Hi <invoke name="x"/> there', "Hi  there"),
     ("case-insensitive", "<TOOL_CALL>x</Tool_Call>ok", "ok"),
     ("lookalike tag kept", "<invoker>stays</invoker>", "<invoker>stays</invoker>"),
+    ("function_call element", '<function_call>{"name": "f"}</function_call>\nOk', "Ok"),
+    (
+        "vendor-prefixed tool_call",
+        'Sure.\n<minimax:tool_call>\n<invoke name="s">\n</invoke>\n</minimax:tool_call>',
+        "Sure.",
+    ),
+    (
+        "a reply of nothing but tool XML is empty",
+        '<function_calls>\n<invoke name="x">\n<parameter name="a">1</parameter>\n'
+        "</invoke>\n</function_calls>",
+        "",
+    ),
 ]
 
 TEXT_CALLS: list[Case] = [
@@ -71,12 +83,52 @@ TEXT_CALLS: list[Case] = [
         "I made a tool call: search(x) earlier.",
     ),
     ("bracket mid-line kept", "See [Tool call: f()] above", "See [Tool call: f()] above"),
+    (
+        "tool call marker with its JSON arguments below",
+        '[Tool Call: web_search]\n{\n  "query": "weather",\n  "n": [1, 2]\n}\nSunny.',
+        "Sunny.",
+    ),
+    (
+        "tool result marker with multi-line JSON output",
+        'Checked.\n[Tool Result for web_search]\n{"results": [\n  {"t": "a"}\n]}\nSunny.',
+        "Checked.\nSunny.",
+    ),
+    (
+        "tool result with plain output up to the blank line",
+        "[Tool Result: get_time]\n09:00 UTC\nMonday\n\nIt is nine.",
+        "It is nine.",
+    ),
+    (
+        "historical context marker and its JSON",
+        '[Historical context: earlier tool output]\n["a", "b"]\nHello again.',
+        "Hello again.",
+    ),
+    (
+        "marker followed by JSON that never closes keeps the text",
+        '[Tool Call: f]\n{"a": 1,\nstill here',
+        '{"a": 1,\nstill here',
+    ),
+    (
+        "marker inside a fenced code block kept",
+        "Like this:\n```\n[Tool Result: x]\n{}\n```",
+        "Like this:\n```\n[Tool Result: x]\n{}\n```",
+    ),
+    (
+        "historical context mid-line kept",
+        "See [Historical context: x] above",
+        "See [Historical context: x] above",
+    ),
 ]
 
 THINKING: list[Case] = [
     ("thinking block", "<thinking>\nplan\n</thinking>\nAnswer", "Answer"),
     ("think inline", "Hello <think>hmm</think>world", "Hello world"),
     ("reasoning", "<reasoning>why</reasoning>Because.", "Because."),
+    ("thought", "<thought>\nhmm\n</thought>\nYes.", "Yes."),
+    ("antThinking", "<antThinking>plan</antThinking>Hello", "Hello"),
+    ("antThinking any case", "<ANTTHINKING>x</antthinking>Hi", "Hi"),
+    ("unclosed thought at the end", "Answer.\n<thought>and then", "Answer."),
+    ("non-greedy: two blocks keep the text between", "<think>a</think>B<think>c</think>D", "BD"),
     ("reflection", "Done.\n<reflection>\nok\n</reflection>", "Done."),
     ("case-insensitive", "<THINK>x</think>Yes", "Yes"),
     ("attributes", '<thinking type="deep">x</thinking>Yes', "Yes"),

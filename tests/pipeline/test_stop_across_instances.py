@@ -37,9 +37,7 @@ async def test_stop_on_one_instance_stops_the_run_on_the_other(make_app, fake_an
     assert outcome.status == "cancelled"
 
 
-async def test_only_the_asker_or_an_admin_stops_it_from_another_instance(
-    make_app, fake_anthropic
-):
+async def test_only_the_asker_or_an_admin_stops_it_from_another_instance(make_app, fake_anthropic):
     a, b = await two_instances(make_app)
     stuck = threading.Event()
     fake_anthropic.script(text_reply("finished", hold=stuck))
