@@ -242,7 +242,9 @@ class App:
     async def start(self, created: Sequence[Adapter]) -> None:
         """Serve the adapters' HTTP routes (and /healthz), then start them."""
         server = self.settings.server
-        self.web = WebServer(server.host, server.port, self._health)
+        self.web = WebServer(
+            server.host, server.port, self._health, max_body_bytes=server.max_body_bytes
+        )
         for adapter in created:
             if isinstance(adapter, WebHooks):
                 self.web.add_routes(adapter.routes())

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from aiohttp import web
 
 from bot.ports import Route
+from bot.web.guards import input_guard
 
 log = logging.getLogger("switchboard.web")
 
@@ -16,11 +17,20 @@ HealthCheck = Callable[[], Awaitable[dict[str, object]]]
 
 
 class WebServer:
-    def __init__(self, host: str, port: int, health: HealthCheck | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        health: HealthCheck | None = None,
+        *,
+        max_body_bytes: int = 1024 * 1024,
+    ) -> None:
         self.host = host
         self.port = port
         self._health = health
-        self._app = web.Application(client_max_size=20 * 1024 * 1024)
+        self._app = web.Application(
+            client_max_size=max_body_bytes, middlewares=[input_guard(max_body_bytes)]
+        )
         self._app.router.add_get("/healthz", self._healthz)
         self._runner: web.AppRunner | None = None
         self._paths: list[str] = ["GET /healthz"]
