@@ -61,6 +61,7 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
@@ -68,6 +69,13 @@ from adapters.slack.delivery import Poster, Sleep, api_error
 from adapters.slack.files import FileFetcher, describe
 from adapters.slack.parse import PLATFORM, parse_command, parse_event
 from adapters.slack.render import render
+from adapters.slack.requests import (
+    COMMANDS_PATH,
+    EVENTS_PATH,
+    INTERACTIVITY_PATH,
+    shape_problem,
+    signature_ok,
+)
 from bot.config import Secrets, Settings, SlackSettings
 from bot.errors import AdapterError, ConfigError, DeliveryFailed, StartupError
 from bot.ports import Core, Leadership, Route, SendProgress, hand_over
@@ -78,8 +86,6 @@ BOLT_LOGGER = "switchboard.slack.bolt"
 LEADER_GRACE_S = 3.0
 """How long `start` waits to be elected Socket Mode leader before standing by."""
 
-EVENTS_PATH = "/slack/events"
-COMMANDS_PATH = "/slack/commands"
 CONNECT_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
 
@@ -114,6 +120,7 @@ class SlackAdapter:
             request_verification_enabled=settings.mode == "http",
             process_before_response=True,
         )
+        self._verifier = SignatureVerifier(signing_secret) if signing_secret else None
         self.poster = Poster(self.client, sleep=sleep)
         self.identity: BotIdentity | None = None
         self.team_id: str | None = None
@@ -249,16 +256,24 @@ class SlackAdapter:
         return [
             Route("POST", EVENTS_PATH, self._http_request),
             Route("POST", COMMANDS_PATH, self._http_request),
+            Route("POST", INTERACTIVITY_PATH, self._http_request),
         ]
 
     async def _http_request(self, request: web.Request) -> web.StreamResponse:
         if self._core is None or self.identity is None:  # not started (or stopping)
             return web.json_response({"error": "not ready"}, status=503)
+        body = await request.read()
+        if self._verifier is None or not signature_ok(self._verifier, body, request.headers):
+            return _rejected(request, 401, "bad or missing signature")
+        if problem := shape_problem(request.path, body):
+            return _rejected(request, 400, problem)
         retry = request.headers.get("X-Slack-Retry-Num")
         if retry:
             reason = request.headers.get("X-Slack-Retry-Reason", "")
             log.info("slack.redelivery retry=%s reason=%s", retry, reason)
         response = await self.bolt.async_dispatch(await to_bolt_request(request))
+        if response.status == 404:  # signed, well formed, and nothing we act on
+            return web.Response(status=200)
         return await to_aiohttp_response(response)
 
     # -- events -----------------------------------------------------------------
@@ -273,10 +288,18 @@ class SlackAdapter:
         async def ignore() -> None:
             return None
 
+        async def ack_only(ack: AsyncAck) -> None:
+            await ack()
+
         self.bolt.event("message")(on_event)
         self.bolt.event("app_mention")(on_event)
         self.bolt.event(re.compile(".*"))(ignore)  # acknowledge the rest: no redeliveries
         self.bolt.command(re.compile("^/"))(on_command)
+        # Buttons, shortcuts and modals: nothing here uses them yet; acknowledge
+        # them so Slack shows no error to whoever clicked.
+        self.bolt.action(re.compile(".*"))(ack_only)
+        self.bolt.shortcut(re.compile(".*"))(ack_only)
+        self.bolt.view(re.compile(".*"))(ack_only)
 
     async def _on_event(self, body: Mapping[str, Any]) -> None:
         """Hand the event's message to the pipeline; return once it is stored.
@@ -416,3 +439,14 @@ def _secret(secrets: Secrets, field: str, env: str, prefix: str, what: str) -> s
     if prefix and not text.startswith(prefix):
         raise ConfigError(f"{env} does not look like {what} (it should start with {prefix}…)")
     return text
+
+
+def _rejected(request: web.Request, status: int, reason: str) -> web.Response:
+    log.warning(
+        "slack.rejected path=%s status=%d reason=%s remote=%s",
+        request.path,
+        status,
+        reason,
+        request.remote,
+    )
+    return web.json_response({"error": reason}, status=status)

@@ -244,8 +244,11 @@ class TelegramAdapter:
         try:
             update = await request.json()
         except ValueError:
-            return web.Response(status=400, text="not JSON")
+            update = None
         if not isinstance(update, dict) or not isinstance(update.get("update_id"), int):
+            log.warning(
+                "telegram.webhook_rejected status=400 remote=%s: not an Update", request.remote
+            )
             return web.Response(status=400, text="not an Update")
         if await self._hand_over(update):
             return web.Response(status=200)
@@ -259,8 +262,13 @@ class TelegramAdapter:
             return False
         try:
             msg = parse_update(update, identity, handle_edited=self.settings.handle_edited)
-        except Exception:  # a payload we cannot read would block the queue forever
-            log.exception("telegram.unreadable_update update_id=%s", update.get("update_id"))
+        except Exception as exc:  # a payload we cannot read would block the queue forever
+            log.warning(
+                "telegram.unreadable_update update_id=%s ignored: %s",
+                update.get("update_id"),
+                type(exc).__name__,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
             return True
         if msg is None:
             return True

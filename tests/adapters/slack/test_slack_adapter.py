@@ -164,6 +164,7 @@ async def test_socket_mode_serves_no_routes(slack):
     assert [(r.method, r.path) for r in http.routes()] == [
         ("POST", "/slack/events"),
         ("POST", "/slack/commands"),
+        ("POST", "/slack/interactivity"),
     ]
 
 
