@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: install run chat test lint bench clean
+.PHONY: help install run chat test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP)  ## create .venv and install the project with every extra and the dev tools
 
 run: $(STAMP)  ## start every enabled platform; with none, a terminal chat
 	$(BIN)/switchboard run $(ARGS)
@@ -35,5 +35,9 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.context
 	$(BIN)/python -m tests.benchmarks.load
 
-clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+clean:  ## remove .venv, the tool caches, __pycache__ dirs and build output
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+
+help:  ## list the targets
+	@awk 'BEGIN { FS = ":.*## " } /^[a-z][a-z_-]*:.*## / { printf "  make %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
