@@ -166,6 +166,18 @@ OutcomeStatus = Literal[
 
 
 @dataclass(frozen=True, slots=True)
+class Button:
+    """A native button under a reply (Telegram inline keyboard, Slack block
+    actions, Discord components). Pressing it says `command` (e.g. "/confirm
+    K7Q2MX") in the reply's conversation as the person who pressed it; the
+    reply's text always says how to type the command too, for platforms (and
+    clients) without buttons."""
+
+    label: str
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """Canonical Markdown text and where it goes. Adapters render it."""
 
@@ -174,6 +186,8 @@ class Reply:
     kind: ReplyKind = "answer"
     private: bool = False
     """Only the requester should see it (ephemeral where the platform allows)."""
+    buttons: tuple[Button, ...] = ()
+    """Shown under the last part of the reply."""
 
 
 @dataclass(frozen=True, slots=True)
