@@ -34,6 +34,8 @@ class HistoryRow:
     data: dict[str, Any] | None = None
     is_error: bool = False
     id: int | None = None
+    user_id: int | None = None
+    """Whose message (user rows) or run (the others) it is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +159,9 @@ class Conversations:
             )
         ).all()
         history = [
-            HistoryRow(r.role, r.text, r.tool_use_id, r.tool_name, r.data, r.is_error, r.id)
+            HistoryRow(
+                r.role, r.text, r.tool_use_id, r.tool_name, r.data, r.is_error, r.id, r.user_id
+            )
             for r in reversed(rows)
         ]
         return ConversationState(persona_name, history, summary, boundary)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from bot.llm.types import LLMRequest, LLMResponse, TextCallback
 
@@ -39,6 +39,35 @@ class Meter(Protocol):
     async def after_call(self, usage: Usage | None) -> None: ...
 
 
+Effect = Literal["read", "private_write", "external"]
+"""What a tool does beyond answering: nothing (`read`), changes the requester's
+own private data (`private_write`: memories), or has a persistent or external
+effect others notice (`external`: schedules; anything later that sends,
+deletes or spends). A tool declares it as its `effect` attribute; a tool that
+does not is taken as `external`."""
+
+
+class Taint:
+    """Where untrusted text entered a run's context so far: "history" (other
+    people's messages or tool output in the conversation), "memory" (recalled
+    memories), "wakeup" (a scheduled prompt), "tool_result", "others" (another
+    person's message joined the run). Empty: a direct request."""
+
+    __slots__ = ("sources",)
+
+    def __init__(self, *sources: str) -> None:
+        self.sources: set[str] = set(sources)
+
+    def add(self, source: str) -> None:
+        self.sources.add(source)
+
+    def __bool__(self) -> bool:
+        return bool(self.sources)
+
+    def __repr__(self) -> str:
+        return f"Taint({', '.join(sorted(self.sources))})"
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a tool may know about the run that called it."""
@@ -50,6 +79,9 @@ class ToolContext:
     platform: str
     run_id: str
     chat_type: ChatType = "direct"
+    untrusted: Taint = field(default_factory=Taint)
+    """Grows during the run; consequential tools are held for confirmation
+    while it is not empty (`bot.tools.actions`)."""
 
 
 @runtime_checkable
@@ -62,6 +94,10 @@ class Tool(Protocol):
     input_schema: Mapping[str, Any]
     min_role: Role
     module: str
+    # Optional attributes (read with `bot.tools.actions.effect_of` and friends):
+    # effect: Effect = "external"; trusted_output: bool = False (True when the
+    # result is text we generate, not content from elsewhere); and
+    # describe(args) -> str, one line for the confirmation prompt.
 
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str: ...
 

@@ -14,7 +14,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from bot.store import models
+from bot.store import actions, models  # noqa: F401  (both register tables)
 from bot.store.migrate import include_object
 
 target_metadata = models.SQLModel.metadata

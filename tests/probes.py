@@ -22,6 +22,8 @@ class ProbeTool:
     )
     min_role: Role = Role.GUEST
     module: str = "test"
+    effect: str = "read"
+    """Declared: a probe only reads (undeclared tools count as `external`)."""
     calls: list[Mapping[str, Any]] = field(default_factory=list)
 
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:

@@ -56,6 +56,7 @@ class SearchTool:
     )
     min_role: Role = Role.GUEST
     module: str = "test"
+    effect: str = "read"
     calls: int = 0
 
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:

@@ -1,6 +1,7 @@
 """Runs one response's tool calls: concurrently, each retried once, with
 timeouts; failures go through the error channel; results over the size limit
-are stored and replaced by a preview (`bot.tools.results`). Results come back
+are stored and replaced by a preview (`bot.tools.results`); a consequential
+call without a direct request is held for confirmation (`bot.tools.actions`). Results come back
 in call order. Each finished call is reported to `on_done` as it completes (with
 its span), so a cancelled run still knows the results it had."""
 
@@ -14,6 +15,7 @@ from bot.agent.traces import Span, Timer
 from bot.errors import ToolFailed
 from bot.llm.types import ToolResultBlock, ToolUseBlock
 from bot.ports import Tool, ToolContext
+from bot.tools.actions import PendingActions
 from bot.tools.errors import ErrorChannel, summarize
 from bot.tools.results import ResultStore
 
@@ -31,11 +33,13 @@ class ToolExecutor:
         timeout: float = 60.0,
         attempts: int = 2,
         results: ResultStore | None = None,
+        actions: PendingActions | None = None,
     ) -> None:
         self._errors = errors
         self._timeout = timeout
         self._attempts = attempts
         self._results = results
+        self._actions = actions
 
     async def run_all(
         self,
@@ -78,6 +82,9 @@ class ToolExecutor:
         if tool is None:
             text = f"Tool '{call.name}' is not available in this conversation."
             return ToolResultBlock(call.id, text, True), "not available"
+        if self._actions is not None and self._actions.needs_confirmation(tool, ctx):
+            held = await self._actions.hold(tool, call.input, ctx)
+            return ToolResultBlock(call.id, held), "held for confirmation"
         last_exc: BaseException | None = None
         for attempt in range(1, self._attempts + 1):
             try:

@@ -55,6 +55,7 @@ from bot.llm.types import (
     ToolResultBlock,
 )
 from bot.ports import Provider
+from bot.tools.actions import output_trusted
 from bot.tools.registry import tool_spec
 
 log = logging.getLogger("switchboard.agent")
@@ -255,6 +256,10 @@ class _Run:
             self._append(ChatMessage("user", partial))
             raise
         self._append(ChatMessage("user", tuple(results)))
+        for call in calls:  # what the model reads next is not the requester's own words
+            tool = self.tools.get(call.name)
+            if tool is None or not output_trusted(tool):
+                self.spec.context.untrusted.add("tool_result")
 
     async def _take_inbox(self) -> bool:
         """Add messages that arrived meanwhile to the last user message."""

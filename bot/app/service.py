@@ -15,6 +15,7 @@ import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -30,6 +31,7 @@ from bot.agent.guard import Guard
 from bot.agent.loop import AgentLoop
 from bot.app.health import DatabaseHealth
 from bot.app.wiring import build_extras
+from bot.commands.actions import action_commands
 from bot.commands.core import core_commands
 from bot.commands.registry import Commands, CommandSpec
 from bot.config import Secrets, Settings
@@ -52,6 +54,7 @@ from bot.store.coordination import Coordination
 from bot.store.instances import Instances
 from bot.store.leases import Leases
 from bot.store.memories import MemoryStore
+from bot.tools.actions import PendingActions
 from bot.tools.builtin import core_tools
 from bot.tools.errors import ErrorChannel
 from bot.tools.memory import memory_tools
@@ -162,8 +165,16 @@ class App:
         for spec in [*spec_list, *extras.commands]:
             commands.add(spec)
         bus = EventBus()
+        actions = PendingActions(
+            self.store, audit, tools.get, expiry=timedelta(minutes=agent.confirm_minutes)
+        )
+        for spec in action_commands(actions):
+            commands.add(spec)
         executor = ToolExecutor(
-            errors, timeout=self.settings.llm.tool_timeout_seconds, results=results
+            errors,
+            timeout=self.settings.llm.tool_timeout_seconds,
+            results=results,
+            actions=actions,
         )
         summarizer = Summarizer(
             self.provider,
@@ -203,6 +214,7 @@ class App:
                 compactor=Compactor(
                     self.store, conversations, summarizer, flush, budgets, self.settings, leases
                 ),
+                actions=actions,
             )
         )
         self.housekeeper = Housekeeper(

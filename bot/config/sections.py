@@ -119,6 +119,8 @@ class AgentSettings(Section):
     """Context management, memory, input guard and run control."""
 
     guard_mode: Literal["off", "log", "warn", "block"] = "warn"
+    confirm_minutes: int = Field(default=10, ge=1, le=1440)
+    """How long a consequential action held for confirmation stays open."""
     max_message_chars: int = Field(default=32_768, ge=100)
     tool_result_max_chars: int = Field(default=8000, ge=500)
     context_window: int = Field(default=200_000, ge=1000)

@@ -22,7 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import OutboxItem
-from bot.types import Reply, Target, utcnow
+from bot.types import Button, Reply, Target, utcnow
 
 log = logging.getLogger("switchboard.outbox")
 
@@ -47,7 +47,8 @@ def reply_of(row: OutboxItem) -> Reply:
         reply_to_message_id=row.reply_to_message_id,
         server_id=row.server_id,
     )
-    return Reply(row.text, target, row.kind, row.private)  # type: ignore[arg-type]
+    buttons = tuple(Button(label, command) for label, command in row.buttons or ())
+    return Reply(row.text, target, row.kind, row.private, buttons)  # type: ignore[arg-type]
 
 
 class Outbox:
@@ -78,6 +79,7 @@ class Outbox:
                 kind=r.kind,
                 private=r.private,
                 text=r.text,
+                buttons=[[b.label, b.command] for b in r.buttons] or None,
                 lease_owner=self.owner,
                 lease_expires_at=now + self.lease,
                 created_at=now,

@@ -11,6 +11,7 @@ committed with its replies in the outbox (`bot.pipeline.persist`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import time
@@ -31,6 +32,7 @@ from bot.pipeline.control import Batch, RunEnd, Ticket
 from bot.pipeline.metering import RunMeter
 from bot.pipeline.outbox import Outgoing
 from bot.pipeline.services import Services
+from bot.pipeline.trust import initial_taint, joined, prompts
 from bot.pipeline.turns import TurnRecord, TurnSaved
 from bot.ports import ToolContext
 from bot.tools.registry import tool_spec
@@ -133,6 +135,8 @@ class Runner:
                 batch, s.agent.run(spec, state), s.settings.agent.run_timeout_seconds
             )
         except asyncio.CancelledError:  # shutting down: the messages go back to the inbox
+            if s.actions is not None:
+                s.actions.take_held(run.id)  # still pending; /pending lists them
             events.emit("run.cancelled", reason="shutdown")
             shutdown = _Result("cancelled", error="shutdown")
             turn = self._turn(run, state, batch, shutdown, meter, interrupted=True)
@@ -140,6 +144,9 @@ class Runner:
             raise
         result = self._classify(end, error, state, spec)
         outcome = self._outcome(result, first, run.id)
+        held = s.actions.take_held(run.id) if s.actions is not None else []
+        if held:  # the Confirm / Cancel prompts go out with the run's answer
+            outcome = dataclasses.replace(outcome, replies=outcome.replies + prompts(held, first))
         replies = outcome.replies if deliver else ()
         saved = await s.writer.save(self._turn(run, state, batch, result, meter, replies))
         _log_run(result.status, run, state, started, saved.turn)
@@ -201,6 +208,9 @@ class Runner:
                 memories=memories,
             )
         )
+        taint = initial_taint(
+            first, (i.origin for i in inputs), history.history, user.id, memories, s.tools.get
+        )
         fixed = prompt_tokens(prompt.blocks, (), tuple(tool_spec(t) for t in tools))
         policy = HistoryPolicy(
             turns=llm.history_turns,
@@ -214,6 +224,7 @@ class Runner:
             if self._adopt is not None:  # left in the inbox by other instances
                 taken += await self._adopt(batch)
             taken.sort(key=lambda ticket: ticket.payload.origin.received_at)
+            joined(taint, first, (ticket.payload.origin for ticket in taken))
             return [ticket.payload for ticket in taken]
 
         return RunSpec(
@@ -229,6 +240,7 @@ class Runner:
                 platform=first.platform,
                 run_id=run.id,
                 chat_type=first.chat_type,
+                untrusted=taint,
             ),
             max_tokens=persona.max_tokens or llm.max_tokens,
             max_iterations=llm.max_iterations,

@@ -22,6 +22,7 @@ from bot.store import Store
 from bot.store.coordination import Coordination
 from bot.store.leases import Leases
 from bot.store.memories import MemoryStore
+from bot.tools.actions import PendingActions
 from bot.tools.registry import ToolRegistry
 
 
@@ -48,3 +49,5 @@ class Services:
     guard: Guard
     memories: MemoryStore
     compactor: Compactor
+    actions: PendingActions | None = None
+    """Consequential tool calls held for confirmation (None: nothing is held)."""

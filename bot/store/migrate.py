@@ -69,7 +69,8 @@ async def drift(engine: AsyncEngine) -> list[object]:
     from alembic.runtime.migration import MigrationContext
     from sqlmodel import SQLModel
 
-    import bot.store.models  # noqa: F401  (registers the tables)
+    import bot.store.actions
+    import bot.store.models  # noqa: F401
 
     def _run(connection: Connection) -> list[object]:
         context = MigrationContext.configure(

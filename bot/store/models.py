@@ -256,6 +256,7 @@ class OutboxItem(SQLModel, table=True):
     kind: str = Field(default="answer", max_length=16)
     private: bool = False
     text: str = Field(sa_type=Text)
+    buttons: list[list[str]] | None = Field(default=None, sa_type=JSON)
     state: str = Field(default="pending", max_length=16)
     part_ids: list[str] | None = Field(default=None, sa_type=JSON)
     attempts: int = 0

@@ -15,6 +15,7 @@ from bot.types import Role, utcnow
 
 class GetErrorDetail:
     name = "get_error_detail"
+    effect = "read"
     description = (
         "Fetch the full details (traceback, arguments) of a failed tool call by its "
         "error id, e.g. err_20260101_120000_abc123. Only errors of this conversation."
@@ -42,6 +43,8 @@ class GetErrorDetail:
 
 class CurrentTime:
     name = "current_time"
+    effect = "read"
+    trusted_output = True
     description = "The current date and time in a time zone (IANA name, default UTC)."
     input_schema: Mapping[str, Any] = {
         "type": "object",

@@ -19,6 +19,8 @@ MAX_SEARCH_RESULTS = 20
 
 class MemorySave:
     name = "memory_save"
+    effect = "private_write"
+    trusted_output = True
     description = (
         "Save one durable fact about the person you are talking with (a preference, a "
         "name, a decision, an ongoing project) to your long-term memory. One fact per call, "
@@ -52,6 +54,7 @@ class MemorySave:
 
 class MemorySearch:
     name = "memory_search"
+    effect = "read"
     description = (
         "Search your long-term memory of the person you are talking with. Give a few "
         "keywords; any of them may match (prefixes count: 'deploy' finds 'deployment')."
@@ -86,6 +89,7 @@ class MemorySearch:
 
 class MemoryGet:
     name = "memory_get"
+    effect = "read"
     description = "Read one memory by its number (#id), as shown by memory_search."
     input_schema: Mapping[str, Any] = {
         "type": "object",

@@ -97,6 +97,7 @@ class ResultStore:
 
 class GetToolResult:
     name = "get_tool_result"
+    effect = "read"
     description = (
         "Read part of a large tool result that was stored and shown only in part "
         "(its reference looks like res_1a2b3c4d5e6f)."

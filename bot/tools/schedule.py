@@ -35,6 +35,8 @@ def lowest_role(settings: SchedulerSettings) -> Role:
 
 class ScheduleAdd:
     name = "schedule_add"
+    effect = "external"
+    trusted_output = True
     description = (
         "Schedule a wakeup: at `when` you are run again in this conversation with `prompt` "
         "as your instruction, and your answer is posted here (answer NO_REPLY then if "
@@ -59,6 +61,11 @@ class ScheduleAdd:
         self._scheduler = scheduler
         self._settings = settings
         self.min_role = lowest_role(settings)
+
+    def describe(self, args: Mapping[str, Any]) -> str:
+        prompt = " ".join(str(args.get("prompt") or "").split())
+        shown = prompt if len(prompt) <= 120 else prompt[:119] + "…"
+        return f"Schedule a wakeup ({str(args.get('when') or '').strip()}): “{shown}”"
 
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         prompt = str(args.get("prompt") or "").strip()
@@ -99,6 +106,8 @@ class ScheduleAdd:
 
 class ScheduleList:
     name = "schedule_list"
+    effect = "read"
+    trusted_output = True  # the requester's own jobs, each created or confirmed by them
     description = "List this user's scheduled wakeups (id, when, next run, state, prompt)."
     input_schema: Mapping[str, Any] = {"type": "object", "properties": {}}
     module = "schedule"
@@ -130,6 +139,8 @@ class ScheduleList:
 
 class ScheduleRemove:
     name = "schedule_remove"
+    effect = "external"
+    trusted_output = True
     description = "Remove one of this user's scheduled wakeups by its id (from schedule_list)."
     input_schema: Mapping[str, Any] = {
         "type": "object",
@@ -141,6 +152,9 @@ class ScheduleRemove:
     def __init__(self, scheduler: Scheduler, settings: SchedulerSettings) -> None:
         self._scheduler = scheduler
         self.min_role = lowest_role(settings)
+
+    def describe(self, args: Mapping[str, Any]) -> str:
+        return f"Remove scheduled wakeup #{str(args.get('job_id', '')).strip().lstrip('#')}"
 
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         raw = str(args.get("job_id", "")).strip().lstrip("#")
