@@ -32,6 +32,7 @@ from bot.agent.guard import BLOCKED_REPLY
 from bot.agent.state import RunInput
 from bot.conversations import ConversationRecord
 from bot.errors import ShuttingDown
+from bot.logs import current_run_id, run_scope
 from bot.pipeline.admission import Admission, current_slot, waiting
 from bot.pipeline.control import Batch, Ticket
 from bot.pipeline.delivery import Delivery
@@ -108,7 +109,7 @@ class Pipeline:
     ) -> Outcome:
         if self._closed:
             raise ShuttingDown("shutting down: not taking messages")
-        async with self._tracked():
+        async with self._tracked(msg):
             # The gate is a pure check, so it runs first: ignored group chatter
             # costs no database write.
             if not self._addressed(msg):
@@ -146,12 +147,17 @@ class Pipeline:
                 task.add_done_callback(lambda _: self._held.discard(key))
 
     @contextlib.asynccontextmanager
-    async def _tracked(self) -> AsyncIterator[None]:
+    async def _tracked(self, msg: IncomingMessage | None = None) -> AsyncIterator[None]:
+        """While a message is handled: its task is in flight (for `drain`) and
+        every line logged carries its run id (`bot.logs.run_scope`). A wakeup
+        keeps the id its scheduler fire opened; everything else gets a new one."""
         task = asyncio.current_task()
         if task is not None:
             self._active.add(task)
+        keep = msg is not None and msg.source == "scheduler" and current_run_id() is not None
         try:
-            yield
+            with contextlib.nullcontext() if keep else run_scope():
+                yield
         finally:
             if task is not None:
                 self._active.discard(task)

@@ -11,9 +11,9 @@ committed with its replies in the outbox (`bot.pipeline.persist`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from bot.agent.state import ContextLimits, RunInput, RunSpec, RunState
 from bot.conversations import ConversationRecord, ConversationState
 from bot.errors import BudgetExceeded, ProviderError
 from bot.llm.tokens import prompt_tokens
+from bot.logs import claim_run_id, current_run_id, run_scope
 from bot.personas import PersonaRecord
 from bot.pipeline.control import Batch, RunEnd, Ticket
 from bot.pipeline.metering import RunMeter
@@ -123,12 +124,28 @@ class Runner:
 
         persona = s.personas.resolve(first.platform, first.platform_server_id, history.persona_name)
         model = persona.model or (llm.fast_model if first.source == "scheduler" else llm.model)
-        run = _Run(secrets.token_hex(8), user, conversation, persona, model, first)
+        run = _Run(claim_run_id(), user, conversation, persona, model, first)
+        # The run's lines carry its id; it is the message's own unless another
+        # run took that one (`bot.logs.claim_run_id`).
+        same = run.id == current_run_id()
+        with contextlib.nullcontext() if same else run_scope(run.id):
+            return await self._execute(run, batch, inputs, history, budget.limit, deliver)
+
+    async def _execute(
+        self,
+        run: _Run,
+        batch: Batch,
+        inputs: list[RunInput],
+        history: ConversationState,
+        limit: int | None,
+        deliver: bool,
+    ) -> RunResult:
+        s, first, conversation = self.s, run.first, run.conversation
         state = RunState.answering(inputs)
-        meter = self._meter(user, budget.limit)
+        meter = self._meter(run.user, limit)
         spec = await self._spec(run, batch, inputs, history, meter)
         events = RunEvents(s.bus, run.id, conversation.key)
-        events.emit("run.started", source=first.source, model=model, inputs=len(inputs))
+        events.emit("run.started", source=first.source, model=run.model, inputs=len(inputs))
         started = time.perf_counter()
         try:
             end, error = await s.control.run_task(

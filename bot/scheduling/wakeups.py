@@ -25,6 +25,7 @@ from typing import Protocol
 from bot.accounts.directory import Directory
 from bot.config import SchedulerSettings
 from bot.conversations import ConversationRecord, Conversations
+from bot.logs import run_scope
 from bot.scheduling.jobs import Jobs, spec_of
 from bot.store import Store
 from bot.store.models import Run, ScheduledJob
@@ -100,7 +101,12 @@ class Wakeups:
         self._backoff = Backoff.of(settings)
 
     async def run(self, sink: WakeupSink, job_id: int) -> str:
-        """Run the job's due fire. Returns what happened (for logs and tests)."""
+        """Run the job's due fire. Returns what happened (for logs and tests).
+        Its lines, and those of the run it starts, carry one run id."""
+        with run_scope():
+            return await self._fire(sink, job_id)
+
+    async def _fire(self, sink: WakeupSink, job_id: int) -> str:
         now = self._clock()
         claim = await self._jobs.claim(job_id, now, self._grace)
         if claim is None:

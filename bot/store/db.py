@@ -4,12 +4,22 @@ SQLite (aiosqlite) is tuned for a service: WAL, busy_timeout, synchronous=NORMAL
 foreign keys on, and write transactions that begin IMMEDIATE so two writers
 never deadlock upgrading a read lock. Reads begin DEFERRED and run alongside.
 PostgreSQL (asyncpg) is the same code with another URL.
+
+A SQLite database file this service creates is readable by its owner only
+(0600); SQLite gives the -wal and -shm files the database file's mode. A file
+found with a wider mode is left alone, with one WARNING.
+
+`echo` logs each SQL statement once, through our handler (so redaction
+applies): the `sqlalchemy.engine` logger goes to INFO. (SQLAlchemy's own
+`echo=True` adds a second handler, and every statement printed twice.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -48,8 +58,11 @@ class Store:
         self.dialect = self.url.get_backend_name()
         connect_args: dict[str, Any] = {}
         pool: dict[str, Any] = {}
+        if echo:
+            logging.getLogger("sqlalchemy.engine").setLevel(logging.INFO)
         if self.dialect == "sqlite":
             _ensure_sqlite_dir(self.url.database)
+            _private_sqlite_file(self.url.database)
         else:
             pool = {
                 "pool_size": pool_size,
@@ -60,9 +73,7 @@ class Store:
             if schema:
                 connect_args["server_settings"] = {"search_path": schema}
         self.schema = schema
-        self.engine: AsyncEngine = create_async_engine(
-            url, echo=echo, connect_args=connect_args, **pool
-        )
+        self.engine: AsyncEngine = create_async_engine(url, connect_args=connect_args, **pool)
         # PostgreSQL: a few connections of their own for what must never queue
         # behind runs (accepting messages within the platform's deadline, leases,
         # health checks), so a saturated pool delays work, not intake.
@@ -70,7 +81,6 @@ class Store:
         if self.dialect != "sqlite":
             self.urgent_engine = create_async_engine(
                 url,
-                echo=echo,
                 connect_args=connect_args,
                 pool_size=URGENT_POOL_SIZE,
                 max_overflow=URGENT_POOL_SIZE * 2,
@@ -164,6 +174,39 @@ def _ensure_sqlite_dir(database: str | None) -> None:
         raise StartupError(
             f"cannot create the database directory {directory}: {exc.strerror}"
         ) from exc
+
+
+SQLITE_FILE_MODE = 0o600
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _private_sqlite_file(database: str | None) -> None:
+    """Create the database file owner-only before SQLite does (it would use
+    0644 less the umask); warn once about existing files others can read."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, SQLITE_FILE_MODE)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StartupError(f"cannot create the database file {path}: {exc.strerror}") from exc
+    else:
+        os.close(fd)
+    wide: list[str] = []
+    for file in (path, *(Path(f"{path}{suffix}") for suffix in SQLITE_SIDE_FILES)):
+        try:
+            mode = stat.S_IMODE(file.stat().st_mode)
+        except OSError:
+            continue
+        if mode & 0o077:
+            wide.append(f"{file.name}:{mode:04o}")
+    if wide:
+        log.warning(
+            "database.file_mode files=%s: readable beyond its owner; `chmod 600` them",
+            ",".join(wide),
+        )
 
 
 def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
