@@ -12,7 +12,8 @@ import pytest
 
 from bot.accounts.budgets import period_end
 from bot.accounts.identity import current_period
-from bot.store.models import Budget
+from bot.store import Store
+from bot.store.models import Budget, ScheduledJob
 from bot.types import utcnow
 from tests.cli.seed import SeedRun, seed
 from tests.cli.test_e2e_chat import run_cli
@@ -153,3 +154,32 @@ def test_budget_show_is_aligned_and_unlimited_has_no_overage(db: Path) -> None:
         "over    1 token beyond the limit",
         f"resets  {resets}",
     ]
+
+
+def test_jobs_list_counts_failures_in_words(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite"
+    seeded = asyncio.run(seed(db, ["bob"], ["console:dm-bob:-"]))
+
+    async def jobs() -> None:
+        store = Store(f"sqlite+aiosqlite:///{db}")
+        async with store.write() as session:
+            for failures in (1, 2):
+                session.add(
+                    ScheduledJob(
+                        owner_user_id=seeded.users["bob"],
+                        conversation_id=seeded.conversations["console:dm-bob:-"],
+                        prompt="Check the backups",
+                        trigger_kind="interval",
+                        trigger_expr="7200",
+                        description="every 2h",
+                        last_status="error",
+                        failure_count=failures,
+                    )
+                )
+        await store.dispose()
+
+    asyncio.run(jobs())
+    result = run_cli(["jobs", "list"], db=db, api_key=None)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "every 2h" in line]
+    assert [line.rsplit(" / ", 1)[1] for line in lines] == ["error, 1 failure", "error, 2 failures"]
