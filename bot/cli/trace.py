@@ -3,7 +3,7 @@
 `list` prints the recent runs, newest first, one aligned line each: run id,
 start time, conversation, user, status, tokens and duration (`--limit N`,
 `--user USER`, `--conversation KEY`). `show` prints what one run did, step by
-step:  the run (status, model, conversation, duration, tokens, estimated cost,
+step: the run (status, model, conversation, duration, tokens, estimated cost,
 error) and its spans in order: each LLM call with its tokens, cache reads and
 writes and stop reason, each tool call with its duration and error, and the
 internal turns (memory flush, compaction) the run triggered.
