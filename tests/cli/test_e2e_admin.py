@@ -99,7 +99,7 @@ def test_jobs_list_pause_resume_remove(fake_anthropic_thread: FakeAnthropic, tmp
     assert fails(["jobs", "pause", "1"], db) == (
         "switchboard: no open job #1 (see: switchboard jobs list)"
     )
-    assert "jobs pause ok target=job #1" in ok(["admin", "audit"], db)
+    assert "jobs pause   ok  target=job #1" in ok(["admin", "audit"], db)
 
 
 def read_until(proc: subprocess.Popen[str], needle: str, deadline_s: float = 60) -> list[str]:
