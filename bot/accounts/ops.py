@@ -18,6 +18,7 @@ from bot.accounts.budgets import Budgets, BudgetStatus, LimitMode
 from bot.accounts.directory import Directory, Person
 from bot.accounts.usage import UsageBook, UsageReport, UserUsage
 from bot.errors import CommandDenied, CommandError
+from bot.formatting.text import columns, counted, plural
 from bot.store.models import AuditEntry
 from bot.types import Role
 
@@ -51,18 +52,26 @@ def parse_tokens(text: str) -> int:
 
 class AdminOps:
     def __init__(
-        self, budgets: Budgets, directory: Directory, usage: UsageBook, audit: Audit
+        self,
+        budgets: Budgets,
+        directory: Directory,
+        usage: UsageBook,
+        audit: Audit,
+        *,
+        plain: bool = False,
     ) -> None:
         self.budgets = budgets
         self.directory = directory
         self.usage = usage
         self.audit = audit
+        self.plain = plain
+        """Plain aligned text for a terminal (the CLI) instead of Markdown for chat."""
 
     # -- reading -------------------------------------------------------------
 
     async def budget_text(self, person: Person, *, own: bool = False) -> str:
         status = await self.budgets.status(person.id, person.role)
-        return budget_text(status, None if own else person)
+        return budget_text(status, None if own else person, plain=self.plain)
 
     async def usage_text(self, person: Person, *, own: bool = False) -> str:
         return usage_text(await self.usage.for_user(person.id), None if own else person)
@@ -73,7 +82,7 @@ class AdminOps:
         for line in report.top_users:
             found = await self.directory.get(int(line.key))
             people[line.key] = found.label if found else f"#{line.key} (deleted)"
-        return report_text(report, people)
+        return report_text(report, people, plain=self.plain)
 
     async def audit_entries(self, limit: int = 50) -> Sequence[AuditEntry]:
         return await self.audit.recent(limit)
@@ -93,7 +102,7 @@ class AdminOps:
         await self.budgets.set_limit(person.id, mode, tokens)
         await self._audit(actor, "setbudget", person, {"mode": mode, "tokens": tokens})
         status = await self.budgets.status(person.id, person.role)
-        return f"Budget of {person.label} set.\n{budget_text(status, None)}"
+        return f"Budget of {person.label} set.\n{self._budget(status)}"
 
     async def grant(self, actor: Actor, person: Person, value: str) -> str:
         tokens = parse_tokens(value)
@@ -102,13 +111,14 @@ class AdminOps:
         await self.budgets.grant(person.id, tokens)
         await self._audit(actor, "grant", person, {"tokens": tokens})
         status = await self.budgets.status(person.id, person.role)
-        return f"Granted {tokens:,} tokens to {person.label}.\n{budget_text(status, None)}"
+        granted = plural(tokens, "token")
+        return f"Granted {granted} to {person.label}.\n{self._budget(status)}"
 
     async def reset(self, actor: Actor, person: Person) -> str:
         await self.budgets.reset(person.id)
         await self._audit(actor, "resetbudget", person, None)
         status = await self.budgets.status(person.id, person.role)
-        return f"Usage of {person.label} reset.\n{budget_text(status, None)}"
+        return f"Usage of {person.label} reset.\n{self._budget(status)}"
 
     async def set_role(self, actor: Actor, person: Person, value: str) -> str:
         try:
@@ -128,6 +138,9 @@ class AdminOps:
         await self._audit(actor, "role", person, {"from": previous.value, "to": role.value})
         return f"{person.label} is now {role.value} (was {previous.value})."
 
+    def _budget(self, status: BudgetStatus) -> str:
+        return budget_text(status, None, plain=self.plain)
+
     async def _audit(
         self, actor: Actor, action: str, person: Person, details: dict[str, object] | None
     ) -> None:
@@ -141,55 +154,120 @@ class AdminOps:
         )
 
 
-def budget_text(status: BudgetStatus, person: Person | None) -> str:
+_MODES = {"role": "role default", "fixed": "fixed", "unlimited": "none"}
+
+
+def budget_text(status: BudgetStatus, person: Person | None, *, plain: bool = False) -> str:
+    """A budget for chat (Markdown, `person` None: the reader's own) or, `plain`,
+    as aligned lines for a terminal. An unlimited budget shows what was used,
+    never a limit, what is left or an overage."""
+    if plain:
+        return "\n".join(columns(_budget_rows(status, person)))
     head = "" if person is None else f"**{person.label}**, role {person.role.value}\n"
+    extra = []
     if status.limit is None:
-        body = f"Budget: unlimited. Used this month: {status.used:,} tokens."
+        body = f"Budget: unlimited. Used this month: {plural(_consumed(status), 'token')}."
     else:
         body = (
-            f"Used {status.used:,} of {status.limit:,} tokens this month "
+            f"Used {status.used:,} of {plural(status.limit, 'token')} this month "
             f"({status.remaining:,} left). Resets {status.resets_at:%Y-%m-%d}."
         )
-    extra = []
-    if status.granted:
-        extra.append(f"includes {status.granted:,} granted")
-    if status.overage:
-        extra.append(f"{status.overage:,} tokens over the limit")
+        if status.granted:
+            extra.append(f"includes {status.granted:,} granted")
+        if status.overage:
+            extra.append(f"{plural(status.overage, 'token')} over the limit")
     if person is not None:
-        extra.append(
-            {"role": "limit: role default", "fixed": "limit: fixed", "unlimited": "limit: none"}[
-                status.limit_mode
-            ]
-        )
+        extra.append(f"limit: {_MODES.get(status.limit_mode, status.limit_mode)}")
     return head + body + (f" ({'; '.join(extra)})" if extra else "")
 
 
+def _budget_rows(status: BudgetStatus, person: Person | None) -> list[list[str]]:
+    rows = []
+    if person is not None:
+        rows += [["user", person.label], ["role", person.role.value]]
+    how = {"role": "role default", "fixed": "fixed", "unlimited": "set for this user"}.get(
+        status.limit_mode, status.limit_mode
+    )
+    if status.limit is None:
+        rows.append(["limit", f"unlimited ({how})"])
+        rows.append(["used", f"{plural(_consumed(status), 'token')} this month"])
+        return rows
+    granted = f" + {status.granted:,} granted" if status.granted else ""
+    rows.append(["limit", f"{plural(status.limit, 'token')} a month ({how}{granted})"])
+    rows.append(["used", f"{plural(status.used, 'token')} this month"])
+    rows.append(["left", plural(status.remaining or 0, "token")])
+    if status.overage:
+        rows.append(["over", f"{plural(status.overage, 'token')} beyond the limit"])
+    rows.append(["resets", f"{status.resets_at:%Y-%m-%d}"])
+    return rows
+
+
+def _consumed(status: BudgetStatus) -> int:
+    """Everything spent this month: what counted against a limit and beyond it."""
+    return status.used + status.overage
+
+
 def usage_text(usage: UserUsage, person: Person | None) -> str:
+    """One line, the same in chat and in a terminal (no Markdown in it)."""
     whose = "Your usage" if person is None else f"Usage of {person.label}"
     return (
-        f"{whose} in {usage.period}: {usage.tokens:,} tokens "
+        f"{whose} in {usage.period}: {plural(usage.tokens, 'token')} "
         f"({usage.input_tokens:,} in, {usage.output_tokens:,} out, "
         f"{usage.cache_tokens:,} cache), about ${usage.cost_usd:.4f}, "
-        f"{usage.runs} run{'s' if usage.runs != 1 else ''}."
+        f"{plural(usage.runs, 'run')}."
     )
 
 
-def report_text(report: UsageReport, people: dict[str, str]) -> str:
-    lines = [
-        f"**Usage in {report.period}**: {report.total_tokens:,} tokens, "
-        f"about ${report.total_cost:.4f}"
-    ]
+def report_text(report: UsageReport, people: dict[str, str], *, plain: bool = False) -> str:
+    """Usage this month of everyone: totals, top users, platforms and models;
+    Markdown for chat, aligned columns (`plain`) for a terminal."""
+    total = f"{plural(report.total_tokens, 'token')}, about ${report.total_cost:.4f}"
+    title = f"Usage in {report.period}"
+    head = f"{title}: {total}" if plain else f"**{title}**: {total}"
     if not report.top_users:
-        lines.append("No usage yet.")
-        return "\n".join(lines)
-    lines.append("Top users:")
+        return f"{head}\nNo usage yet."
+    if plain:
+        return "\n".join([head, *_plain_report(report, people)])
+    lines = [head, "Top users:"]
     for n, line in enumerate(report.top_users, 1):
         lines.append(
-            f"{n}. {people.get(line.key, line.key)}: {line.tokens:,} tokens, "
-            f"${line.cost_usd:.4f}, {line.runs} runs"
+            f"{n}. {people.get(line.key, line.key)}: {plural(line.tokens, 'token')}, "
+            f"${line.cost_usd:.4f}, {plural(line.runs, 'run')}"
         )
     lines.append("By platform:")
-    lines.extend(f"- {x.key}: {x.tokens:,} tokens, ${x.cost_usd:.4f}" for x in report.by_platform)
+    lines.extend(
+        f"- {x.key}: {plural(x.tokens, 'token')}, ${x.cost_usd:.4f}" for x in report.by_platform
+    )
     lines.append("By model:")
-    lines.extend(f"- {x.key}: {x.tokens:,} tokens, ${x.cost_usd:.4f}" for x in report.by_model)
+    lines.extend(
+        f"- {x.key}: {plural(x.tokens, 'token')}, ${x.cost_usd:.4f}" for x in report.by_model
+    )
     return "\n".join(lines)
+
+
+def _plain_report(report: UsageReport, people: dict[str, str]) -> list[str]:
+    top = report.top_users
+    tokens = counted([line.tokens for line in top], "token")
+    runs = counted([line.runs for line in top], "run")
+    users = [
+        [
+            f"{n}.",
+            people.get(line.key, line.key),
+            tokens[n - 1],
+            f"${line.cost_usd:.4f}",
+            runs[n - 1],
+        ]
+        for n, line in enumerate(top, 1)
+    ]
+    lines = ["", "Top users", *_indent(columns(users, ">"))]
+    for title, group in (("By platform", report.by_platform), ("By model", report.by_model)):
+        amounts = counted([x.tokens for x in group], "token")
+        rows = [
+            [x.key, amount, f"${x.cost_usd:.4f}"] for x, amount in zip(group, amounts, strict=True)
+        ]
+        lines += ["", title, *_indent(columns(rows))]
+    return lines
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return [f"  {line}" for line in lines]

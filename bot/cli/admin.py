@@ -23,6 +23,7 @@ from typing import Any
 from bot.cli.common import actor, find_person, open_store, opened
 from bot.config import Secrets, Settings
 from bot.errors import CommandError
+from bot.formatting.text import columns
 from bot.pipeline.intake import Inbox
 from bot.store.instances import Instances
 from bot.store.leases import Leases
@@ -67,12 +68,20 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def cmd_audit(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
     async with opened(settings) as tools:
         entries = await tools.ops.audit_entries(args.limit)
-    for e in reversed(entries):
-        details = f" {json.dumps(e.details, sort_keys=True)}" if e.details else ""
-        print(
-            f"{e.created_at:%Y-%m-%d %H:%M:%S} {e.actor} {e.action} {e.outcome}"
-            f" target={e.target or '-'} where={e.where or '-'}{details}"
-        )
+    rows = [
+        [
+            f"{e.created_at:%Y-%m-%d %H:%M:%S}",
+            e.actor,
+            e.action,
+            e.outcome,
+            f"target={e.target or '-'}",
+            f"where={e.where or '-'}",
+            json.dumps(e.details, sort_keys=True) if e.details else "",
+        ]
+        for e in reversed(entries)
+    ]
+    for line in columns(rows):
+        print(line)
     if not entries:
         print("The audit log is empty.")
     return 0

@@ -43,7 +43,13 @@ async def opened(settings: Settings) -> AsyncIterator[AdminTools]:
         await store.upgrade()
         identity = Identity(store, settings.admin.owners)
         directory = Directory(store, identity)
-        ops = AdminOps(Budgets(store, settings.budgets), directory, UsageBook(store), Audit(store))
+        ops = AdminOps(
+            Budgets(store, settings.budgets),
+            directory,
+            UsageBook(store),
+            Audit(store),
+            plain=True,  # a terminal: aligned text, no Markdown
+        )
         yield AdminTools(ops, Jobs(store), directory)
     finally:
         await store.dispose()

@@ -15,6 +15,7 @@ from typing import Any
 from bot.cli.common import actor, opened
 from bot.config import Secrets, Settings
 from bot.errors import CommandError
+from bot.formatting.text import plural
 from bot.scheduling.jobs import Action
 from bot.types import utcnow
 
@@ -54,7 +55,7 @@ async def cmd_jobs_list(args: argparse.Namespace, settings: Settings, secrets: S
         nxt = f"{job.next_run_at:%Y-%m-%d %H:%M}" if job.next_run_at else "-"
         last = job.last_status or "never run"
         if job.failure_count:
-            last += f", {job.failure_count} failures"
+            last += f", {plural(job.failure_count, 'failure')}"
         if job.missed_count:
             last += f", {job.missed_count} missed"
         if job.pending_replies:

@@ -1,6 +1,9 @@
-"""`switchboard trace show RUN_ID`: what one run did, step by step.
+"""`switchboard trace list` and `switchboard trace show RUN_ID`.
 
-Prints the run (status, model, conversation, duration, tokens, estimated cost,
+`list` prints the recent runs, newest first, one aligned line each: run id,
+start time, conversation, user, status, tokens and duration (`--limit N`,
+`--user USER`, `--conversation KEY`). `show` prints what one run did, step by
+step: the run (status, model, conversation, duration, tokens, estimated cost,
 error) and its spans in order: each LLM call with its tokens, cache reads and
 writes and stop reason, each tool call with its duration and error, and the
 internal turns (memory flush, compaction) the run triggered.
@@ -18,10 +21,13 @@ from sqlalchemy import func
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import col, select
 
+from bot.accounts.directory import Directory, UnknownUser
+from bot.accounts.identity import Identity
 from bot.cli.common import open_store
 from bot.config import Secrets, Settings
-from bot.errors import StartupError
-from bot.store.models import Conversation, Run, TokenLog, TraceSpan
+from bot.errors import CommandError, StartupError
+from bot.formatting.text import columns, noun
+from bot.store.models import Conversation, PlatformLink, Run, TokenLog, TraceSpan
 
 if TYPE_CHECKING:
     from bot.store import Store
@@ -36,12 +42,111 @@ class Trace:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add `trace show` to the `switchboard` parser's subcommands."""
+    """Add `trace list` and `trace show` to the `switchboard` parser's subcommands."""
     trace = sub.add_parser("trace", parents=[common], help="run traces")
     actions = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", parents=[common], help="recent runs, newest first")
+    listing.add_argument("--limit", type=_positive, default=20, help="runs to show (default 20)")
+    listing.add_argument("--user", help="only this user's runs: platform:user_id or user id")
+    listing.add_argument(
+        "--conversation", help="only this conversation (its key, e.g. slack:C1:-, or a prefix)"
+    )
+    listing.set_defaults(func=cmd_trace_list)
     show = actions.add_parser("show", parents=[common], help="print the trace of one run")
     show.add_argument("run_id", help="the run id (from logs: run=…)")
     show.set_defaults(func=cmd_trace_show)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RunLine:
+    run: Run
+    conversation_key: str
+    user: str
+
+
+async def cmd_trace_list(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    store = open_store(settings)
+    try:
+        user_id = None
+        if args.user:
+            directory = Directory(store, Identity(store, settings.admin.owners))
+            try:
+                user_id = (await directory.lookup(args.user)).id
+            except UnknownUser as exc:
+                raise CommandError(str(exc)) from None
+        runs = await recent_runs(store, args.limit, user_id, args.conversation)
+    except SQLAlchemyError as exc:
+        raise StartupError(
+            f"cannot read runs ({type(exc).__name__}); run `switchboard db upgrade` first?"
+        ) from exc
+    finally:
+        await store.dispose()
+    if not runs:
+        print("no runs yet" if not (args.user or args.conversation) else "no matching runs")
+        return 0
+    print("\n".join(format_runs(runs)))
+    return 0
+
+
+async def recent_runs(
+    store: Store, limit: int, user_id: int | None = None, conversation: str | None = None
+) -> list[RunLine]:
+    """The newest `limit` runs (of one user, in one conversation or under a
+    conversation key prefix such as `slack:C1`), newest first."""
+    query = select(Run, Conversation.key).join(
+        Conversation, col(Conversation.id) == col(Run.conversation_id)
+    )
+    if user_id is not None:
+        query = query.where(Run.user_id == user_id)
+    if conversation:
+        key = col(Conversation.key)
+        query = query.where(
+            (key == conversation) | key.startswith(f"{conversation}:", autoescape=True)
+        )
+    query = query.order_by(col(Run.started_at).desc(), col(Run.id).desc()).limit(limit)
+    async with store.read() as session:
+        rows = (await session.exec(query)).all()
+        ids = {run.user_id for run, _ in rows}
+        links = (
+            await session.exec(
+                select(PlatformLink)
+                .where(col(PlatformLink.user_id).in_(ids))
+                .order_by(col(PlatformLink.id))
+            )
+        ).all()
+    handles: dict[int, str] = {}
+    for link in links:
+        handles.setdefault(link.user_id, f"{link.platform}:{link.platform_user_id}")
+    return [RunLine(run, key, handles.get(run.user_id, f"#{run.user_id}")) for run, key in rows]
+
+
+def format_runs(lines: list[RunLine]) -> list[str]:
+    """A header and one aligned line per run."""
+    rows = [["RUN", "STARTED (UTC)", "CONVERSATION", "USER", "STATUS", "TOKENS", "DURATION"]]
+    for line in lines:
+        run = line.run
+        rows.append(
+            [
+                run.id,
+                f"{run.started_at:%Y-%m-%d %H:%M:%S}",
+                line.conversation_key,
+                line.user,
+                run.status,
+                f"{run.tokens:,}",
+                _duration(run) if run.finished_at else "-",
+            ]
+        )
+    return columns(rows, "<<<<<>>")
 
 
 async def cmd_trace_show(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
@@ -95,7 +200,7 @@ def format_trace(trace: Trace) -> str:
         f"run {run.id}  {run.status}  model {run.model}  persona {run.persona_name or '-'}",
         f"conversation {trace.conversation_key}  user {run.user_id}  source {run.source}",
         f"started {run.started_at:%Y-%m-%d %H:%M:%S} UTC  {_duration(run)}  "
-        f"{llm_calls} LLM call{'s' if llm_calls != 1 else ''}  {run.tokens:,} tokens  "
+        f"{llm_calls} LLM {noun(llm_calls, 'call')}  {run.tokens:,} {noun(run.tokens, 'token')}  "
         f"~${trace.cost_usd:.4f}",
     ]
     if run.error:

@@ -37,7 +37,11 @@ def actor_of(call: CommandCall) -> Actor:
 
 def require(call: CommandCall, role: Role, what: str) -> None:
     if not call.user.role.at_least(role):
-        raise CommandDenied(f"{what} needs the {role.value} role (you are {call.user.role.value}).")
+        raise denied(call, role, what)
+
+
+def denied(call: CommandCall, role: Role, what: str) -> CommandDenied:
+    return CommandDenied(f"{what} needs the {role.value} role (you are {call.user.role.value}).")
 
 
 async def target(
@@ -74,6 +78,43 @@ async def target(
     return person, tuple(rest)
 
 
+async def own_or_admin(services: AdminServices, call: CommandCall, what: str) -> Person | None:
+    """Whose budget or usage `/budget [@user]` and `/usage [@user]` show: None
+    for the caller's own (no target, or one naming the caller: anyone may see
+    their own), else the person named, which needs the admin role (`what` is
+    refused otherwise, before any lookup could create an account)."""
+    msg = call.msg
+    if not call.args and not msg.mentioned_user_ids:
+        return None
+    if call.user.role.at_least(Role.ADMIN):
+        person, _ = await target(services, call)
+        return None if person.id == call.user.id else person
+    if await _names_caller(services, call):
+        return None
+    raise denied(call, Role.ADMIN, what)
+
+
+async def _names_caller(services: AdminServices, call: CommandCall) -> bool:
+    """Whether the `@user` of the command is the caller (through any of their
+    linked accounts), resolved without creating anyone."""
+    msg = call.msg
+    if call.args:
+        try:
+            person = await services.ops.directory.lookup(call.args[0], platform=msg.platform)
+            return person.id == call.user.id
+        except UnknownUser:
+            if not msg.mentioned_user_ids or _explicit(call.args[0]):
+                return False
+    return msg.mentioned_user_ids[:1] == (msg.platform_user_id,)
+
+
+async def caller(services: AdminServices, call: CommandCall) -> Person:
+    """The caller as a `Person`, with the role they were resolved with."""
+    me = await services.ops.directory.get(call.user.id)
+    assert me is not None
+    return _with_role(me, call)
+
+
 def _explicit(token: str) -> bool:
     return token.startswith(("<@", "@", "#")) or ":" in token or token.isdigit()
 
@@ -82,24 +123,20 @@ def admin_commands(services: AdminServices) -> list[CommandSpec]:
     ops = services.ops
 
     async def budget(call: CommandCall) -> CommandResult:
-        if not call.args and not call.msg.mentioned_user_ids:
-            me = await ops.directory.get(call.user.id)
-            assert me is not None
-            return CommandResult(await ops.budget_text(_with_role(me, call), own=True), True)
-        require(call, Role.ADMIN, "/budget for someone else")
-        person, _ = await target(services, call)
+        person = await own_or_admin(services, call, "/budget for someone else")
+        if person is None:
+            me = await caller(services, call)
+            return CommandResult(await ops.budget_text(me, own=True), True)
         return CommandResult(await ops.budget_text(person), True)
 
     async def usage(call: CommandCall) -> CommandResult:
-        if not call.args and not call.msg.mentioned_user_ids:
-            me = await ops.directory.get(call.user.id)
-            assert me is not None
-            return CommandResult(await ops.usage_text(me, own=True), True)
         if call.args[:1] == ("all",):
             require(call, Role.ADMIN, "/usage all")
             return CommandResult(await ops.report_text(), True)
-        require(call, Role.ADMIN, "/usage for someone else")
-        person, _ = await target(services, call)
+        person = await own_or_admin(services, call, "/usage for someone else")
+        if person is None:
+            me = await caller(services, call)
+            return CommandResult(await ops.usage_text(me, own=True), True)
         return CommandResult(await ops.usage_text(person), True)
 
     async def setbudget(call: CommandCall) -> str:

@@ -41,22 +41,26 @@ def test_admin_budget_role_usage_and_audit(fake_anthropic_thread: FakeAnthropic,
     chat = run_cli(["chat", "--user", "bob"], "hello\n", fake=fake_anthropic_thread, db=db)
     assert chat.returncode == 0, chat.stderr
 
-    assert "Used 400 of 5,000 tokens" in ok(["admin", "budget", "show", "console:bob"], db)
-    assert "Used 400 of 50,000 tokens" in ok(["admin", "budget", "set", "console:bob", "50k"], db)
-    assert "of 51,000 tokens" in ok(["admin", "budget", "grant", "1", "1000"], db)  # by user id
-    assert "Used 0 of 51,000" in ok(["admin", "budget", "reset", "console:bob"], db)
+    shown = ok(["admin", "budget", "show", "console:bob"], db).splitlines()
+    assert "used    400 tokens this month" in shown and "left    4,600 tokens" in shown
+    changed = ok(["admin", "budget", "set", "console:bob", "50k"], db).splitlines()
+    assert "limit   50,000 tokens a month (fixed)" in changed
+    granted = ok(["admin", "budget", "grant", "1", "1000"], db).splitlines()  # by user id
+    assert "limit   51,000 tokens a month (fixed + 1,000 granted)" in granted
+    assert "used    0 tokens this month" in ok(["admin", "budget", "reset", "console:bob"], db)
     assert "is now admin (was guest)" in ok(["admin", "role", "console:bob", "admin"], db)
-    default = ok(["admin", "budget", "set", "console:bob", "default"], db)
-    assert "Budget: unlimited" in default  # the admin role's default allowance
+    default = ok(["admin", "budget", "set", "console:bob", "default"], db).splitlines()
+    assert "limit  unlimited (role default)" in default  # the admin role's default allowance
 
-    usage = ok(["admin", "usage"], db)
-    assert "400 tokens" in usage and "- console: 400 tokens" in usage
+    usage = ok(["admin", "usage"], db).splitlines()
+    assert usage[0].endswith(": 400 tokens, about $0.0024")
+    assert "  console  400 tokens  $0.0024" in usage
     assert "Usage of bob" in ok(["admin", "usage", "console:bob"], db)
 
     log = ok(["admin", "audit"], db).splitlines()
     assert len(log) == 5
-    assert "/setbudget ok target=console:bob where=cli" in log[0] and " cli:" in log[0]
-    assert "/role ok target=console:bob" in log[3] and '"to": "admin"' in log[3]
+    assert "/setbudget    ok  target=console:bob  where=cli" in log[0] and "  cli:" in log[0]
+    assert "/role         ok  target=console:bob" in log[3] and '"to": "admin"' in log[3]
 
     assert fails(["admin", "budget", "show", "console:nobody"], db) == (
         "switchboard: no user has the account console:nobody"
@@ -95,7 +99,7 @@ def test_jobs_list_pause_resume_remove(fake_anthropic_thread: FakeAnthropic, tmp
     assert fails(["jobs", "pause", "1"], db) == (
         "switchboard: no open job #1 (see: switchboard jobs list)"
     )
-    assert "jobs pause ok target=job #1" in ok(["admin", "audit"], db)
+    assert "jobs pause   ok  target=job #1" in ok(["admin", "audit"], db)
 
 
 def read_until(proc: subprocess.Popen[str], needle: str, deadline_s: float = 60) -> list[str]:

@@ -164,7 +164,8 @@ async def test_usage_own_and_all(make_app, fake_anthropic):
     report = await say(app, "/usage all", user="root")
     lines = report.splitlines()
     assert "1,215 tokens" in lines[0]
-    assert lines[2].startswith("1. bob (#") and "1,200 tokens" in lines[2] and "1 runs" in lines[2]
+    assert lines[2].startswith("1. bob (#") and "1,200 tokens" in lines[2]
+    assert lines[2].endswith(", 1 run")
     assert "- console: 1,200 tokens" in report and "- slack: 15 tokens" in report
     assert "- claude-sonnet-5-5: 1,215 tokens" in report
     other = await say(app, "/usage slack:UA", user="root")
