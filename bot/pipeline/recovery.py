@@ -187,6 +187,11 @@ class Housekeeper:
                 swept.fires += await take_over()
             except Exception:
                 log.exception("recovery.takeover_failed")
+        if self.pipeline.s.actions is not None:  # held actions nobody decided in time
+            try:
+                await self.pipeline.s.actions.expire()
+            except Exception:
+                log.exception("recovery.expire_actions_failed")
         for outgoing in await self.outbox.take_expired(self.platforms):
             log.info(
                 "outbox.recovered id=%s platform=%s parts_sent=%d",

@@ -28,6 +28,7 @@ from bot.accounts.audit import Audit
 from bot.ports import Effect, Tool, ToolContext
 from bot.store import Store
 from bot.store.actions import PendingAction
+from bot.store.models import TraceSpan
 from bot.types import Button, ChatType, Role, utcnow
 
 log = logging.getLogger("switchboard.actions")
@@ -297,6 +298,18 @@ class PendingActions:
     async def _record(
         self, row: PendingAction, actor: int | None, outcome: str, **extra: str
     ) -> None:
+        """Into the audit log, and into the trace of the run that proposed it."""
+        async with self._store.write() as session:
+            session.add(
+                TraceSpan(
+                    run_id=row.run_id,
+                    kind="action",
+                    name=row.tool_name,
+                    is_error=outcome in ("denied", "failed"),
+                    detail=f"{outcome} {row.code}"
+                    + (f" by user {actor}" if actor is not None else ""),
+                )
+            )
         await self._audit.record(
             actor=f"user:{actor}" if actor is not None else "system",
             actor_user_id=actor,

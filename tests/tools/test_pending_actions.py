@@ -133,7 +133,9 @@ async def test_an_injected_memory_schedules_nothing_until_the_owner_confirms(
     assert "Not done yet" in told and held.code in told  # the model knows it waits
 
     # Someone else can't confirm it.
-    await make_user(app, Role.USER, platform_user_id="mallory", user_display_name="Mallory")
+    mallory = await make_user(
+        app, Role.USER, platform_user_id="mallory", user_display_name="Mallory"
+    )
     await app.pipeline.handle(message(f"/confirm {held.code}", platform_user_id="mallory"))
     assert await jobs(app) == []
     assert "Only the person who asked" in adapter.sent[-1].text
@@ -154,6 +156,14 @@ async def test_an_injected_memory_schedules_nothing_until_the_owner_confirms(
     async with app.store.read() as session:
         spans = (await session.exec(select(TraceSpan).where(TraceSpan.kind == "tool"))).all()
     assert any(s.name == "schedule_add" and s.detail == "held for confirmation" for s in spans)
+    async with app.store.read() as session:
+        decided = (
+            await session.exec(select(TraceSpan).where(TraceSpan.run_id == held.run_id))
+        ).all()
+    assert [s.detail for s in decided if s.kind == "action"] == [
+        f"denied {held.code} by user {mallory}",
+        f"confirmed {held.code} by user {owner}",
+    ]
 
 
 async def test_recalled_memories_make_the_request_indirect(make_app, fake_anthropic):
@@ -238,6 +248,8 @@ async def test_an_expired_action_cannot_be_confirmed_and_pending_lists_open_ones
             .where(col(PendingAction.code) == held.code)
             .values(expires_at=utcnow() - timedelta(seconds=1))
         )
+    await app.housekeeper.sweep()  # the periodic sweep expires it, audited
+    assert (await actions(app))[0].status == "expired"
     await app.pipeline.handle(message(f"/confirm {held.code}"))
     assert "already expired" in adapter.sent[-1].text
     assert await jobs(app) == []
