@@ -68,8 +68,9 @@ async def test_sigkill_mid_run_loses_nothing_and_doubles_nothing(
 ) -> None:
     conversations, per_conversation = 6, 3
     async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
-        # A slow model: when the service dies, several runs are half done.
-        model.responder = lambda body: text_reply(f"re: {last_user_text(body)}", delay=0.6)
+        # A slow model: when the service dies, several runs are half done (slow
+        # enough that a loaded machine can't finish them between check and kill).
+        model.responder = lambda body: text_reply(f"re: {last_user_text(body)}", delay=1.5)
         service = Service(service_env(database, model, slack, port := free_port()), tmp_path, port)
         await service.start()
         async with aiohttp.ClientSession() as http:
