@@ -92,6 +92,11 @@ def _os_reason(exc: OSError) -> str:
 def _sqlite(exc: DBAPIError, url: URL) -> StartupError:
     reason = str(exc.orig) if exc.orig is not None else str(exc)
     path = sqlite_path(url)
+    if "unable to open database file" in reason and Path(path).is_dir():
+        return StartupError(
+            f"cannot open {where(url)}: it is a directory",
+            f"{URL_HINT}: it must name a file (e.g. {Path(path) / 'switchboard.db'}).",
+        )
     if "unable to open database file" in reason:
         return StartupError(
             f"cannot open {where(url)} (unable to open database file)",

@@ -105,6 +105,24 @@ async def test_an_unwritable_sqlite_path(tmp_path: Path):
     )
 
 
+async def test_a_sqlite_url_naming_a_directory_or_another_kind_of_file(tmp_path: Path):
+    folder = tmp_path / "folder.db"
+    folder.mkdir()
+    line = the_line(*await run(tmp_path, f"sqlite+aiosqlite:///{folder}"))
+    assert line == (
+        f"switchboard: cannot open the SQLite database {folder}: it is a directory. Check "
+        f"[database] url (SWITCHBOARD__DATABASE__URL): it must name a file (e.g. "
+        f"{folder / 'switchboard.db'})."
+    )
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping list\n" * 100)
+    line = the_line(*await run(tmp_path, f"sqlite+aiosqlite:///{notes}"))
+    assert line == (
+        f"switchboard: {notes} is not a SQLite database. Check [database] url "
+        "(SWITCHBOARD__DATABASE__URL): it must name a SQLite file (or a new one)."
+    )
+
+
 async def test_a_database_without_its_tables(tmp_path: Path):
     db = tmp_path / "db.sqlite"
     status, stderr = await run(tmp_path)
