@@ -12,7 +12,24 @@ class ConfigError(BotError):
 
 
 class StartupError(BotError):
-    """The service cannot start (database unreachable, migration failed, ...)."""
+    """The service cannot start (database unreachable, schema missing, a platform
+    rejected the bot token, ...).
+
+    `str()` is one line an operator can act on: what is wrong, then (when known)
+    what to do about it, e.g. "cannot reach the database at db:5432 (connection
+    refused). Check [database] url and that the server is running". Neither part
+    may contain a secret.
+    """
+
+    def __init__(self, problem: str, hint: str | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if not self.hint:
+            return self.problem
+        return f"{self.problem.rstrip('.')}. {self.hint}"
 
 
 class ShuttingDown(BotError):

@@ -47,6 +47,7 @@ from bot.types import BotIdentity, IncomingMessage, Reply, Target
 log = logging.getLogger("switchboard.discord")
 
 READY_TIMEOUT_S = 60.0
+_TOKEN_HINT = "Check DISCORD_BOT_TOKEN: the bot's token from the developer portal (Bot page)."
 SEND_ERRORS = (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError)
 
 
@@ -92,11 +93,14 @@ class DiscordAdapter:
         try:
             await client.login(self._token)
         except discord.LoginFailure:
-            raise ConfigError(
-                "DISCORD_BOT_TOKEN was rejected by Discord (401 Unauthorized)"
+            raise StartupError(
+                "Discord rejected the bot token (401 Unauthorized)", _TOKEN_HINT
             ) from None
         except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
-            raise StartupError(f"cannot log in to Discord at {where}: {_describe(exc)}") from None
+            raise StartupError(
+                f"cannot log in to Discord at {where}: {_describe(exc)}",
+                "Check the network and [discord] api_base_url.",
+            ) from None
         assert client.user is not None  # login() fetched /users/@me
         self.identity = BotIdentity(PLATFORM, str(client.user.id), client.user.name)
         await self._files.open()  # messages may arrive as soon as the gateway is up
@@ -118,7 +122,7 @@ class DiscordAdapter:
                 "intent for this bot in the developer portal (Bot → Privileged Gateway Intents)"
             )
         if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
-            raise ConfigError("DISCORD_BOT_TOKEN was rejected by Discord's gateway (4004)")
+            raise StartupError("Discord's gateway rejected the bot token (4004)", _TOKEN_HINT)
         raise StartupError(f"cannot connect to Discord's gateway: {_describe(error)}")
 
     async def stop(self) -> None:

@@ -88,6 +88,36 @@ LEADER_GRACE_S = 3.0
 
 CONNECT_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
+_TOKEN_REJECTED = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "not_allowed_token_type",
+    }
+)
+"""Slack's answers that mean the token itself is wrong."""
+_TOKEN_HINTS = {
+    "SLACK_BOT_TOKEN": "Check SLACK_BOT_TOKEN: the app's Bot User OAuth Token (xoxb-...).",
+    "SLACK_APP_TOKEN": (
+        "Check SLACK_APP_TOKEN: an app-level token (xapp-...) with connections:write."
+    ),
+}
+
+
+class _QuietTokenNotice(logging.Filter):
+    """Bolt reads SLACK_BOT_TOKEN from the environment by itself, then warns on
+    every start that it uses our client instead ("`token` will be unused"): a
+    warning about nothing, dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
+_BOLT_LOG = logging.getLogger(BOLT_LOGGER)
+_BOLT_LOG.addFilter(_QuietTokenNotice())
 
 
 class NotTaken(AdapterError):
@@ -114,7 +144,7 @@ class SlackAdapter:
             # Bolt names its loggers after the app and resets their levels: a name
             # of its own keeps it from silencing our "switchboard" loggers.
             name=BOLT_LOGGER,
-            logger=logging.getLogger(BOLT_LOGGER),
+            logger=_BOLT_LOG,
             client=self.client,
             signing_secret=signing_secret or "",
             request_verification_enabled=settings.mode == "http",
@@ -139,7 +169,7 @@ class SlackAdapter:
     async def start(self, core: Core) -> None:
         self._http = aiohttp.ClientSession()
         self.client.session = self._http  # one connection pool for every Web API call
-        step = "SLACK_BOT_TOKEN (auth.test)"
+        step, secret = "SLACK_BOT_TOKEN (auth.test)", "SLACK_BOT_TOKEN"
         try:
             auth = await self.client.auth_test()
             self.identity = BotIdentity(PLATFORM, str(auth["user_id"]), auth.get("user"))
@@ -153,16 +183,18 @@ class SlackAdapter:
             )
             self._core = core
             if self.settings.mode == "socket":
-                step = "SLACK_APP_TOKEN (apps.connections.open)"
+                step, secret = "SLACK_APP_TOKEN (apps.connections.open)", "SLACK_APP_TOKEN"
                 await self._start_socket(core)
         except SlackApiError as exc:
             await self._close()
             _, error = api_error(exc)
-            raise StartupError(f"Slack refused {step}: {error}") from None
+            hint = _TOKEN_HINTS[secret] if error in _TOKEN_REJECTED else None
+            raise StartupError(f"Slack refused {step}: {error}", hint) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self._close()
             raise StartupError(
-                f"cannot reach Slack at {self.settings.api_base_url}: {type(exc).__name__}"
+                f"cannot reach Slack at {self.settings.api_base_url}: {type(exc).__name__}",
+                "Check the network and [slack] api_base_url.",
             ) from None
         except BaseException:
             await self._close()

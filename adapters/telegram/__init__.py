@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from adapters.telegram.adapter import WEBHOOK_PATH, TelegramAdapter
+from adapters.telegram.delivery import Limits
 from adapters.telegram.factory import make_transport
 from adapters.telegram.parse import parse_update
 from adapters.telegram.render import render, to_plain_text
@@ -49,7 +50,8 @@ def create_adapter(settings: Settings, secrets: Secrets) -> TelegramAdapter:
                 "TELEGRAM_WEBHOOK_SECRET: 1-256 characters of A-Z, a-z, 0-9, _ and - only"
             )
     transport = _transport(config.library, token, config.api_base_url)
-    return TelegramAdapter(config, transport, webhook_secret=secret)
+    limits = Limits(max_flood_wait=config.max_retry_after_seconds)
+    return TelegramAdapter(config, transport, webhook_secret=secret, limits=limits)
 
 
 def _transport(library: Library, token: str, api_base_url: str) -> Transport:

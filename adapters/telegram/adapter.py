@@ -30,7 +30,13 @@ from aiohttp import web
 from adapters.telegram.delivery import Clock, Limits, Sender, SystemClock
 from adapters.telegram.parse import parse_update
 from adapters.telegram.render import render
-from adapters.telegram.transport import FileTooLarge, RateLimited, Transport
+from adapters.telegram.transport import (
+    FileTooLarge,
+    NetworkError,
+    RateLimited,
+    Transport,
+    Unauthorized,
+)
 from bot.config import TelegramSettings
 from bot.errors import AdapterError, StartupError
 from bot.ports import Core, Route, SendProgress, hand_over
@@ -132,6 +138,16 @@ class TelegramAdapter:
         """Who we are, the command menu, and how updates will come (webhook or not)."""
         try:
             self.identity = await self.transport.get_me()
+        except Unauthorized:
+            raise StartupError(
+                "Telegram rejected the bot token (getMe: 401 Unauthorized)",
+                "Check TELEGRAM_BOT_TOKEN: it must be the current token from @BotFather.",
+            ) from None
+        except NetworkError as exc:
+            raise StartupError(
+                f"cannot reach Telegram at {self.settings.api_base_url} (getMe failed: {exc})",
+                "Check the network and [telegram] api_base_url.",
+            ) from None
         except AdapterError as exc:
             raise StartupError(f"telegram: getMe failed: {exc}") from None
         await self._register_commands(core)

@@ -20,6 +20,7 @@ from aiogram.exceptions import (
     TelegramNetworkError,
     TelegramRetryAfter,
     TelegramServerError,
+    TelegramUnauthorizedError,
 )
 from aiogram.types import BotCommand, ReplyParameters
 
@@ -31,6 +32,7 @@ from adapters.telegram.transport import (
     NetworkError,
     RateLimited,
     TelegramApiError,
+    Unauthorized,
     scrub,
 )
 from bot.errors import AdapterError
@@ -149,6 +151,8 @@ class AiogramTransport:
             raise RateLimited(self._text(exc.message), exc.retry_after) from None
         except TelegramBadRequest as exc:
             raise BadRequest(self._text(exc.message)) from None
+        except TelegramUnauthorizedError as exc:
+            raise Unauthorized(self._text(exc.message)) from None
         except (TelegramNetworkError, TelegramServerError, ClientDecodeError) as exc:
             raise NetworkError(self._text(f"{type(exc).__name__}: {exc}")) from None
         except TelegramAPIError as exc:

@@ -4,7 +4,8 @@
 - At most one message per `chat_interval` seconds in a chat, and at most
   `global_per_second` messages in any one-second window overall (Telegram's limits).
 - A 429 `retry_after` blocks *that chat* until it passes (other chats keep going);
-  the same chunk is then sent once. A wait longer than `max_flood_wait` fails.
+  the same chunk is then sent once. A wait longer than `max_flood_wait`
+  (`[telegram] max_retry_after_seconds`) is not waited out: the send fails at once.
 - Network errors (timeouts, 5xx, connection) are retried with exponential backoff.
 - A 400 "can't parse entities" resends that chunk as plain text, once.
 - Anything that still fails raises `DeliveryFailed` (the pipeline records it).
@@ -58,7 +59,7 @@ class Limits:
     network_attempts: int = 4
     backoff_initial: float = 1.0
     backoff_max: float = 30.0
-    max_flood_wait: float = 900.0
+    max_flood_wait: float = 60.0
 
     def backoff(self, failures: int) -> float:
         """Seconds to wait after the `failures`-th consecutive failure (1, 2, 4, ...)."""
@@ -122,8 +123,17 @@ class Sender:
                 )
             except RateLimited as exc:
                 if exc.retry_after > self._limits.max_flood_wait:
+                    log.warning(
+                        "telegram.flood_wait_too_long chat=%s retry_after=%gs "
+                        "max_retry_after_seconds=%g: not waiting, the send fails",
+                        chat,
+                        exc.retry_after,
+                        self._limits.max_flood_wait,
+                    )
                     raise DeliveryFailed(
-                        f"chat {chat}: flood wait of {exc.retry_after:g} s is too long"
+                        f"chat {chat}: Telegram asked to wait {exc.retry_after:g} s (429), "
+                        f"longer than [telegram] max_retry_after_seconds = "
+                        f"{self._limits.max_flood_wait:g}"
                     ) from None
                 log.warning("telegram.flood_wait chat=%s retry_after=%ss", chat, exc.retry_after)
                 self.block(chat, exc.retry_after)

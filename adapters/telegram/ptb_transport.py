@@ -19,11 +19,12 @@ from telegram.error import (
     BadRequest as PTBBadRequest,
 )
 from telegram.error import (
-    NetworkError as PTBNetworkError,
-)
-from telegram.error import (
+    InvalidToken,
     RetryAfter,
     TelegramError,
+)
+from telegram.error import (
+    NetworkError as PTBNetworkError,
 )
 from telegram.request import HTTPXRequest
 
@@ -35,6 +36,7 @@ from adapters.telegram.transport import (
     NetworkError,
     RateLimited,
     TelegramApiError,
+    Unauthorized,
     scrub,
 )
 from bot.errors import AdapterError
@@ -153,6 +155,8 @@ class PTBTransport:
             raise RateLimited(self._text(exc.message), _seconds(exc)) from None
         except PTBBadRequest as exc:  # a subclass of PTB's NetworkError: first
             raise BadRequest(self._text(exc.message)) from None
+        except InvalidToken as exc:
+            raise Unauthorized(self._text(exc.message)) from None
         except PTBNetworkError as exc:
             raise NetworkError(self._text(f"{type(exc).__name__}: {exc.message}")) from None
         except TelegramError as exc:

@@ -26,6 +26,7 @@ __all__ = [
     "RateLimited",
     "TelegramApiError",
     "Transport",
+    "Unauthorized",
 ]
 
 
@@ -40,6 +41,11 @@ class BadRequest(TelegramApiError):
     @property
     def cannot_parse_entities(self) -> bool:
         return "can't parse entities" in str(self).lower()
+
+
+class Unauthorized(TelegramApiError):
+    """HTTP 401 (and, for python-telegram-bot, 404 on getMe): the bot token was
+    rejected."""
 
 
 class NetworkError(AdapterError):

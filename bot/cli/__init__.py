@@ -1,8 +1,10 @@
 """`switchboard run | chat | db … | trace … | personas … | admin … | jobs …`.
 
 One module per command group, each adding its subcommands with `register`.
-Exit status: 0 ok, 1 startup/runtime failure, 2 bad configuration or usage.
-Errors are one line on stderr; `--debug` adds the traceback.
+Exit status: 0 ok, 1 runtime failure, 2 bad configuration or usage, or a
+service that cannot start (`StartupError`: database unreachable or without its
+schema, a bot token rejected, ...). Errors are one line on stderr, saying what
+is wrong and what to do; `--debug` adds the traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from bot import __version__
 from bot.cli import admin, chat, db, jobs, personas, run, trace
 from bot.cli.common import Command
 from bot.config import Secrets, load_settings
-from bot.errors import BotError, ConfigError
+from bot.errors import BotError, ConfigError, StartupError
 from bot.logs import setup_logging
 
 log = logging.getLogger("switchboard.cli")
@@ -74,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except ConfigError as exc:
         _fail(f"config error: {exc}", debug)
+        return 2
+    except StartupError as exc:
+        _fail(str(exc), debug)
         return 2
     except BotError as exc:
         _fail(str(exc), debug)

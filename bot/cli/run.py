@@ -12,6 +12,7 @@ from typing import Any
 
 from bot.app import App
 from bot.cli.chat import chat_in_terminal
+from bot.cli.startup_logs import HeldLogs
 from bot.config import Secrets, Settings
 
 log = logging.getLogger("switchboard.cli")
@@ -25,8 +26,19 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def cmd_run(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
     platforms = settings.enabled_platforms()
     app = App(settings, secrets)
+    # Until everything is up, log records wait: a failed start is one line.
+    verbose = getattr(args, "debug", False) or log.isEnabledFor(logging.DEBUG)
+    with HeldLogs(verbose=verbose):
+        try:
+            await app.open()
+            if platforms:
+                await app.start_adapters(platforms)
+                await app.start_scheduler()
+                app.start_recovery()
+        except BaseException:
+            await app.close(settings.inbox.drain_seconds)
+            raise
     try:
-        await app.open()
         if not platforms:
             print(
                 "switchboard: no chat platform is enabled ([telegram], [slack] or [discord] "
@@ -36,9 +48,6 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, secrets: Secrets
             if sys.stdin.isatty():
                 return await chat_in_terminal(app, settings, None)
             return 1
-        await app.start_adapters(platforms)
-        await app.start_scheduler()
-        app.start_recovery()
         await _wait_for_stop()
         return 0
     finally:

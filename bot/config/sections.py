@@ -263,6 +263,8 @@ class TelegramSettings(Section):
     keep_group_context: bool = False
     handle_edited: bool = False
     max_file_bytes: int = Field(default=10 * 1024 * 1024, ge=0)
+    max_retry_after_seconds: float = Field(default=60.0, ge=0)
+    """A 429 asking to wait longer than this fails the send (recorded, not waited out)."""
 
 
 class SlackSettings(Section):

@@ -33,6 +33,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import StartupError
+from bot.store.diagnose import explain, missing_tables
 
 log = logging.getLogger("switchboard.store")
 
@@ -141,27 +142,25 @@ class Store:
             yield session
 
     async def upgrade(self) -> None:
-        """Apply every Alembic migration (idempotent)."""
+        """Apply every Alembic migration (idempotent), then check that every table
+        is there. A failure is a `StartupError` saying what is wrong and what to do
+        (`bot.store.diagnose`)."""
         from alembic.util.exc import CommandError
 
-        from bot.store.migrate import upgrade
+        from bot.store.migrate import absent_tables, current, upgrade
 
         try:
             await upgrade(self.engine)
-        except (SQLAlchemyError, CommandError) as exc:
-            raise StartupError(f"database migration failed: {_first_line(exc)}") from exc
-        except OSError as exc:
-            raise StartupError(f"database unreachable: {exc}") from exc
+            absent = await absent_tables(self.engine)
+            if absent:
+                raise missing_tables(self.url, absent, await current(self.engine))
+        except (SQLAlchemyError, CommandError, OSError) as exc:
+            raise explain(exc, self.url, self.schema) from exc
 
     async def dispose(self) -> None:
         await self.engine.dispose()
         if self.urgent_engine is not self.engine:
             await self.urgent_engine.dispose()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc)
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _ensure_sqlite_dir(database: str | None) -> None:
@@ -171,8 +170,13 @@ def _ensure_sqlite_dir(database: str | None) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        if isinstance(exc, FileExistsError | NotADirectoryError):
+            reason = "a file is in the way"
         raise StartupError(
-            f"cannot create the database directory {directory}: {exc.strerror}"
+            f"cannot create the database directory {directory} ({reason.lower()})",
+            "Create it, writable by this user, or set [database] url "
+            "(SWITCHBOARD__DATABASE__URL) to a path that can be.",
         ) from exc
 
 

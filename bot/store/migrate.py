@@ -53,6 +53,21 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         await conn.run_sync(_run)
 
 
+async def absent_tables(engine: AsyncEngine) -> list[str]:
+    """The models' tables that the database lacks (sorted; [] = all there)."""
+    from sqlalchemy import inspect
+    from sqlmodel import SQLModel
+
+    import bot.store.models  # noqa: F401  (registers the tables)
+
+    def _run(connection: Connection) -> list[str]:
+        present = set(inspect(connection).get_table_names())
+        return sorted(set(SQLModel.metadata.tables) - present)
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(_run)
+
+
 async def current(engine: AsyncEngine) -> str | None:
     from alembic.runtime.migration import MigrationContext
 

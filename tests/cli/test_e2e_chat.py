@@ -163,7 +163,7 @@ def test_unreachable_database(tmp_path: Path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     result = run_cli(["chat"], "hi\n", db=blocker / "sub" / "db.sqlite")
-    assert_one_line_error(result, 1, "cannot create the database directory")
+    assert_one_line_error(result, 2, "cannot create the database directory")
 
 
 def test_failed_migration(tmp_path: Path):
@@ -172,7 +172,7 @@ def test_failed_migration(tmp_path: Path):
         conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
         conn.execute("INSERT INTO alembic_version VALUES ('from_the_future')")
     result = run_cli(["chat"], "hi\n", db=db)
-    assert_one_line_error(result, 1, "database migration failed")
+    assert_one_line_error(result, 2, "schema revision 'from_the_future'")
     debug = run_cli(["chat", "--debug"], "hi\n", db=db)
     assert "Traceback" in debug.stderr  # --debug shows it
 

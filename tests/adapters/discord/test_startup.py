@@ -63,7 +63,7 @@ async def test_a_rejected_token_stops_startup(make_app):
     async with FakeDiscord(token="another-token") as fake:
         app = await make_app(discord={"enabled": True, "api_base_url": fake.api_base_url})
         adapter = create_adapter(app.settings, SECRETS)
-        with pytest.raises(ConfigError, match="DISCORD_BOT_TOKEN was rejected"):
+        with pytest.raises(StartupError, match=r"rejected the bot token.*DISCORD_BOT_TOKEN"):
             await adapter.start(app.pipeline)
     assert default_rest == Route.BASE
 

@@ -87,7 +87,8 @@ async def test_a_rejected_token_stops_the_start_without_showing_it(rig, library)
     rig.telegram.token = "987654321:AAAAotherOTHERotherOTHERother_other1"  # ours is refused
     with pytest.raises(StartupError) as caught:
         await rig.open(library)
-    assert "getMe failed" in str(caught.value)
+    assert "Telegram rejected the bot token" in str(caught.value)
+    assert "Check TELEGRAM_BOT_TOKEN" in str(caught.value)
     assert TOKEN not in str(caught.value) and TOKEN.split(":")[1] not in str(caught.value)
 
 

@@ -3,8 +3,10 @@ Bot API and Messages API servers (each in a thread of its own)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ import pytest
 
 from tests.conftest import TEST_API_KEY
 from tests.fakes.anthropic import FakeAnthropic, text_reply
-from tests.fakes.telegram import TOKEN, FakeTelegram
+from tests.fakes.telegram import TOKEN, FakeTelegram, flood
 from tests.fakes.telegram_updates import private
 from tests.paths import REPO_ROOT
 
@@ -113,3 +115,52 @@ def test_webhook_mode_needs_its_url_and_secret(tmp_path: Path):
     )
     assert result.returncode == 2
     assert "TELEGRAM_WEBHOOK_SECRET is not set" in result.stderr.strip().splitlines()[-1]
+
+
+def delivery_failures(db: Path) -> list[tuple[str, str, str]]:
+    if not db.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        try:
+            rows = conn.execute("SELECT platform, text, reason FROM delivery_failures").fetchall()
+        except sqlite3.OperationalError:  # not migrated yet
+            return []
+    return [(str(p), str(t), str(r)) for p, t, r in rows]
+
+
+def test_a_flood_wait_over_the_cap_is_a_recorded_failure_not_an_hour_of_waiting(
+    tmp_path: Path, fake_anthropic_thread: FakeAnthropic
+):
+    fake_anthropic_thread.script(text_reply("This one will not get through."))
+    with FakeTelegram() as telegram:
+        telegram.fail_next("sendMessage", flood(3600))
+        env = environment(
+            tmp_path,
+            TELEGRAM_BOT_TOKEN=TOKEN,
+            SWITCHBOARD__LLM__BASE_URL=fake_anthropic_thread.base_url,
+            SWITCHBOARD__TELEGRAM__API_BASE_URL=telegram.base_url,
+        )  # [telegram] max_retry_after_seconds: the default, 60
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bot", "run"],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_until(lambda: bool(telegram.calls_to("getUpdates")), process)
+            telegram.push_update(private("hello"))
+            # Within wait_until's minute, so the 3600 s were not waited out.
+            wait_until(lambda: bool(delivery_failures(tmp_path / "db.sqlite")), process)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert [c.status for c in telegram.calls_to("sendMessage")] == [429]  # tried once
+    ((platform, text, reason),) = delivery_failures(tmp_path / "db.sqlite")
+    assert (platform, text) == ("telegram", "This one will not get through.")
+    assert "Telegram asked to wait 3600 s (429)" in reason
+    assert "[telegram] max_retry_after_seconds = 60" in reason
+    (warning,) = [line for line in stderr.splitlines() if "flood_wait_too_long" in line]
+    assert " WARNING " in warning and "retry_after=3600s" in warning
