@@ -31,6 +31,7 @@ class MemorySave:
     }
     min_role = Role.GUEST
     module = "memory"
+    private_result = True
 
     def __init__(self, memories: MemoryStore) -> None:
         self._memories = memories
@@ -66,6 +67,7 @@ class MemorySearch:
     }
     min_role = Role.GUEST
     module = "memory"
+    private_result = True
 
     def __init__(self, memories: MemoryStore) -> None:
         self._memories = memories
@@ -94,6 +96,7 @@ class MemoryGet:
     }
     min_role = Role.GUEST
     module = "memory"
+    private_result = True
 
     def __init__(self, memories: MemoryStore) -> None:
         self._memories = memories
