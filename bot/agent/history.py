@@ -66,6 +66,10 @@ class HistoryPolicy:
     """Tokens of the request outside the messages (system prompt, tools)."""
 
 
+NOBODY = 0
+"""A viewer id no user has: everyone's rows are someone else's (user ids start at 1)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Viewer:
     """Whose turn the history is built for."""
@@ -122,6 +126,12 @@ def seen_by(rows: Sequence[HistoryRow], viewer: Viewer) -> list[HistoryRow]:
             row = replace(row, text=WITHHELD_TOOL_RESULT)
         seen.append(row)
     return seen
+
+
+def viewed_messages(rows: Sequence[HistoryRow], viewer: Viewer) -> list[ChatMessage]:
+    """`rows` grouped as messages, as `viewer` may see them, tool results marked
+    (for internal turns that read the history: memory flush, compaction)."""
+    return mark_results(group_rows(seen_by(rows, viewer)), _tool_names(rows))
 
 
 def mark_results(messages: Sequence[ChatMessage], names: dict[str, str]) -> list[ChatMessage]:

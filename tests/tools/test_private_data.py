@@ -12,9 +12,9 @@ from sqlmodel import select
 
 from bot.accounts.directory import Directory
 from bot.errors import ToolFailed
-from bot.store.models import StoredToolResult, ToolError
+from bot.store.models import ConversationSummary, StoredToolResult, ToolError
 from bot.types import IncomingMessage, Role
-from tests.fakes.anthropic import text_reply, tool_call, tool_use_reply
+from tests.fakes.anthropic import last_user_text, text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
 from tests.probes import ProbeTool
 
@@ -136,3 +136,44 @@ async def test_stored_results_and_error_details_belong_to_their_run_s_user(
         assert not page.get("is_error") and "SECRET-LINE" in text_of(page)
         assert not detail.get("is_error") and "SECRET-ERR" in text_of(detail)
         assert f"Error {error.id} in tool 'broken'" in text_of(detail)
+
+
+def compaction_model(body: dict[str, Any]) -> Any:
+    """Summaries and memory flushes get plain answers; "remember" saves SECRET."""
+    text = json.dumps(body)
+    if "running summary" in json.dumps(body.get("system")):
+        return text_reply("- People chatted in the thread.")
+    if "[Memory flush" in text:
+        return text_reply("NO_REPLY")
+    last = body["messages"][-1]["content"]
+    answered = isinstance(last, list) and any(b["type"] == "tool_result" for b in last)
+    if "remember" in last_user_text(body) and not answered:
+        return tool_use_reply(tool_call("memory_save", {"text": SECRET}))
+    return text_reply("ok")
+
+
+async def test_a_group_summary_and_another_user_s_flush_hold_no_private_results(
+    make_app, fake_anthropic
+):
+    fake_anthropic.responder = compaction_model
+    app = await make_app(
+        agent={"compact_messages": 6, "keep_last_messages": 2}, budgets={"guest": "unlimited"}
+    )
+    app.attach(RecordingAdapter())
+    await app.pipeline.handle(in_thread("alice", "remember what I told you"))
+    await app.pipeline.idle()
+    for text in ("hello", "how are you?"):
+        await app.pipeline.handle(in_thread("bob", text))
+        await app.pipeline.idle()  # Bob's run triggers the compaction
+    internal = [
+        r.body
+        for r in fake_anthropic.requests
+        if "running summary" in json.dumps(r.body.get("system"))
+        or "[Memory flush" in json.dumps(r.body)
+    ]
+    assert internal  # the compaction ran, with its flush
+    for body in internal:
+        assert "SECRET-FACT" not in json.dumps(body)
+    async with app.store.read() as session:
+        (summary,) = (await session.exec(select(ConversationSummary))).all()
+    assert "SECRET-FACT" not in summary.summary
