@@ -40,6 +40,7 @@ from bot.agent.untrusted import (
     mark,
     mark_tool_result,
     screen,
+    unwrap,
     withheld_private,
 )
 from bot.conversations import HistoryRow
@@ -121,7 +122,7 @@ def seen_by(rows: Sequence[HistoryRow], viewer: Viewer) -> list[HistoryRow]:
         elif row.role == "tool_result" and other and name in viewer.private_tools:
             row = replace(row, text=withheld_private(name), is_error=False)
         elif row.role == "tool_result" and screen(
-            viewer.guard, row.text, "tool_result", viewer.where, str(viewer.user_id)
+            viewer.guard, unwrap(row.text), "tool_result", viewer.where, str(viewer.user_id)
         ):
             row = replace(row, text=WITHHELD_TOOL_RESULT)
         seen.append(row)

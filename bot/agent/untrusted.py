@@ -64,6 +64,15 @@ def is_marked(text: str) -> bool:
     return found is not None and _MARKER.search(found.group(1)) is None
 
 
+def unwrap(text: str) -> str:
+    """The content of a wrapper made by `mark` (still escaped); other text as it is.
+    The guard scans this, so a wrapper's own closing marker is never a detection."""
+    found = _WRAPPED.match(text)
+    if found is None or _MARKER.search(found.group(1)) is not None:
+        return text
+    return found.group(1)
+
+
 def mark_tool_result(text: str, tool_name: str) -> str:
     """A tool result as the model should see it. Marking twice changes nothing."""
     if is_marked(text) or text == WITHHELD_TOOL_RESULT:
@@ -93,7 +102,7 @@ def screen(guard: Guard | None, text: str, source: Source, where: str, user: str
 def screen_tool_result(guard: Guard | None, text: str, ctx: ToolContext, tool_name: str) -> str:
     """For the executor: a fresh tool result as the model should see it —
     scanned (``source=tool_result``), withheld in block mode, otherwise marked."""
-    if screen(guard, text, "tool_result", ctx.conversation_key, str(ctx.user_id)):
+    if screen(guard, unwrap(text), "tool_result", ctx.conversation_key, str(ctx.user_id)):
         return WITHHELD_TOOL_RESULT
     return mark_tool_result(text, tool_name)
 
