@@ -17,7 +17,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
-from bot.store.models import Conversation, ConversationSummary, Message
+from bot.store.models import Conversation, ConversationSummary, Message, Run
 from bot.types import IncomingMessage, conversation_key
 
 CACHE_LIMIT = 10_000
@@ -35,7 +35,8 @@ class HistoryRow:
     is_error: bool = False
     id: int | None = None
     user_id: int | None = None
-    """Whose message (user rows) or run (the others) it is."""
+    """Whose row it is: the sender of a user message, else the user of the run
+    that wrote it (None for rows of no run and no sender)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +153,8 @@ class Conversations:
         boundary = max(boundary, start - 1)
         rows = (
             await session.exec(
-                select(Message)
+                select(Message, Run.user_id)
+                .outerjoin(Run, col(Run.id) == Message.run_id)
                 .where(Message.conversation_id == conversation.id, col(Message.id) > boundary)
                 .order_by(col(Message.id).desc())
                 .limit(max_rows or MAX_HISTORY_ROWS)
@@ -160,9 +162,16 @@ class Conversations:
         ).all()
         history = [
             HistoryRow(
-                r.role, r.text, r.tool_use_id, r.tool_name, r.data, r.is_error, r.id, r.user_id
+                r.role,
+                r.text,
+                r.tool_use_id,
+                r.tool_name,
+                r.data,
+                r.is_error,
+                r.id,
+                r.user_id if r.user_id is not None else run_user,
             )
-            for r in reversed(rows)
+            for r, run_user in reversed(rows)
         ]
         return ConversationState(persona_name, history, summary, boundary)
 

@@ -1,5 +1,10 @@
 """Input guard: spot prompt-injection patterns in user messages, and bound their size.
 
+`Guard.check` screens the requester's own message; `Guard.scan` screens the
+other sources the model reads (tool results, recalled memories, other people's
+messages), which `bot.agent.untrusted` marks as data and, in ``block`` mode,
+withholds.
+
 Six patterns, four modes (`[agent] guard_mode`):
 - ``off``: nothing is checked;
 - ``log``: detections are logged (``security.injection_detected`` with the
@@ -96,6 +101,23 @@ class Guard:
     def __init__(self, mode: GuardMode = "warn", max_chars: int = 32_768) -> None:
         self.mode = mode
         self.max_chars = max_chars
+
+    def scan(self, text: str, *, source: str, where: str = "", user: str = "") -> tuple[str, ...]:
+        """Scan content that is not the requester's message (a tool result, a
+        recalled memory, another person's message); log what it matches, with
+        its source (pattern names only, never the content). What to do about it
+        is the caller's: see `bot.agent.untrusted`."""
+        found = detect(text) if self.mode != "off" else ()
+        if found:
+            log.warning(
+                "security.injection_detected source=%s patterns=%s mode=%s conversation=%s user=%s",
+                source,
+                ",".join(found),
+                self.mode,
+                where,
+                user,
+            )
+        return found
 
     def check(self, text: str, *, where: str = "", user: str = "") -> GuardResult:
         found = detect(text) if self.mode != "off" else ()

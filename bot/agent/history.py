@@ -15,6 +15,12 @@
    in the next message (a missing one is synthesized), no tool_result without
    its tool_use, the first message from the user, roles alternating.
 
+With a `Viewer` (the requester of the run), the rows are first seen from that
+user's side (`bot.agent.untrusted`): another user's private tool calls and
+results are withheld, other people's messages are marked as data, and after
+pruning every tool result is marked as data; the guard scans both, and in
+``block`` mode withholds what it flags. Stored rows are never changed.
+
 Rows are `messages` table entries with roles user / assistant / tool_call /
 tool_result. A compaction summary, when there is one, comes first as a user
 message and an assistant acknowledgement.
@@ -26,6 +32,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bot.agent.guard import Guard
+from bot.agent.untrusted import (
+    PRIVATE_TOOLS,
+    WITHHELD_MESSAGE,
+    WITHHELD_TOOL_RESULT,
+    mark,
+    mark_tool_result,
+    screen,
+    unwrap,
+    withheld_private,
+)
 from bot.conversations import HistoryRow
 from bot.llm.tokens import messages_tokens
 from bot.llm.types import Block, ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
@@ -50,17 +67,100 @@ class HistoryPolicy:
     """Tokens of the request outside the messages (system prompt, tools)."""
 
 
+NOBODY = 0
+"""A viewer id no user has: everyone's rows are someone else's (user ids start at 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Whose turn the history is built for."""
+
+    user_id: int
+    guard: Guard | None = None
+    where: str = ""
+    """The conversation key, for the guard's log."""
+    private_tools: frozenset[str] = PRIVATE_TOOLS
+
+
 def build_history(
-    rows: Sequence[HistoryRow], summary: str | None, policy: HistoryPolicy
+    rows: Sequence[HistoryRow],
+    summary: str | None,
+    policy: HistoryPolicy,
+    viewer: Viewer | None = None,
 ) -> list[ChatMessage]:
-    """The three stages, with the summary (if any) in front."""
+    """The three stages, with the summary (if any) in front; seen by `viewer`."""
     kept = keep_recent_turns(rows, policy.turns, policy.step)
+    if viewer is not None:
+        kept = seen_by(kept, viewer)
     messages = [*summary_messages(summary), *group_rows(kept)]
     if policy.budget_tokens is not None:
         messages = prune_tool_results(
             messages, policy.budget_tokens - policy.fixed_tokens, protect_head=2 if summary else 1
         )
+    if viewer is not None:
+        messages = mark_results(messages, _tool_names(kept))
     return repair(messages)
+
+
+# --- the viewer's side -----------------------------------------------------------
+
+
+def seen_by(rows: Sequence[HistoryRow], viewer: Viewer) -> list[HistoryRow]:
+    """`rows` as `viewer` may see them: another user's private tool calls lose
+    their input and their results become a placeholder; other people's messages
+    are marked as data; the guard scans them and the stored tool results."""
+    names = _tool_names(rows)
+    seen: list[HistoryRow] = []
+    for row in rows:
+        other = row.user_id is not None and row.user_id != viewer.user_id
+        name = row.tool_name or names.get(row.tool_use_id or "", "")
+        if row.role == "user" and other and row.text:
+            withhold = screen(viewer.guard, row.text, "history", viewer.where, str(viewer.user_id))
+            row = replace(row, text=WITHHELD_MESSAGE if withhold else mark(row.text, "history"))
+        elif row.role == "tool_call" and other and name in viewer.private_tools:
+            row = replace(row, data={})
+        elif row.role == "tool_result" and other and name in viewer.private_tools:
+            row = replace(row, text=withheld_private(name), is_error=False)
+        elif row.role == "tool_result" and screen(
+            viewer.guard, unwrap(row.text), "tool_result", viewer.where, str(viewer.user_id)
+        ):
+            row = replace(row, text=WITHHELD_TOOL_RESULT)
+        seen.append(row)
+    return seen
+
+
+def viewed_messages(rows: Sequence[HistoryRow], viewer: Viewer) -> list[ChatMessage]:
+    """`rows` grouped as messages, as `viewer` may see them, tool results marked
+    (for internal turns that read the history: memory flush, compaction)."""
+    return mark_results(group_rows(seen_by(rows, viewer)), _tool_names(rows))
+
+
+def mark_results(messages: Sequence[ChatMessage], names: dict[str, str]) -> list[ChatMessage]:
+    """Every tool result marked as data (after pruning, so trimming never cuts a
+    marker); the history's own notes and placeholders are left as they are."""
+    marked: list[ChatMessage] = []
+    for message in messages:
+        content = tuple(
+            _marked(b, names.get(b.tool_use_id, "tool")) if isinstance(b, ToolResultBlock) else b
+            for b in message.content
+        )
+        marked.append(ChatMessage(message.role, content))
+    return marked
+
+
+def _marked(block: ToolResultBlock, name: str) -> ToolResultBlock:
+    own = (MISSING_RESULT, CLEARED_RESULT, WITHHELD_TOOL_RESULT, withheld_private(name))
+    if block.content in own:
+        return block
+    return replace(block, content=mark_tool_result(block.content, name))
+
+
+def _tool_names(rows: Iterable[HistoryRow]) -> dict[str, str]:
+    return {
+        row.tool_use_id: row.tool_name
+        for row in rows
+        if row.role == "tool_call" and row.tool_use_id and row.tool_name
+    }
 
 
 def summary_messages(summary: str | None) -> list[ChatMessage]:

@@ -8,6 +8,11 @@ it (`Conversations.state`). A per-conversation lock that is never waited on
 (in-process) skips a compaction when one is already running. If the summary fails or times
 out, the old messages are dropped anyway (a "truncation", keeping the previous
 summary), so a conversation never grows without bound and never wedges.
+
+Both internal turns read the history as someone may see it
+(`bot.agent.history.viewed_messages`): the memory flush as the run's user
+(another user's private tool results withheld), and a group's summary — read
+on everyone's turns — as nobody, so no one's private results end up in it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from bot.accounts.budgets import Budgets
 from bot.accounts.identity import UserRecord
 from bot.agent.compaction import CompactionFailed, Summarizer
 from bot.agent.flush import MemoryFlush
-from bot.agent.history import group_rows
+from bot.agent.history import NOBODY, Viewer, viewed_messages
 from bot.agent.traces import Span, span_rows
 from bot.config import Settings
 from bot.conversations import ConversationRecord, Conversations
@@ -125,7 +130,7 @@ class Compactor:
                 user.id, user.role, conversation.id, conversation.key, conversation.platform, run_id
             )
             spans += await self._flush.run(
-                group_rows(rows),
+                viewed_messages(rows, Viewer(user.id)),
                 ctx,
                 model=self._settings.llm.fast_model,
                 platform=conversation.platform,
@@ -134,7 +139,11 @@ class Compactor:
             )
         kind, error = "summary", None
         try:
-            summary = await self._summarizer.summarize(group_rows(rows[:cut]), state.summary)
+            # A group's summary is read on everyone's turns: nobody's private results.
+            reader = Viewer(user.id if chat_type == "direct" else NOBODY)
+            summary = await self._summarizer.summarize(
+                viewed_messages(rows[:cut], reader), state.summary
+            )
             text = summary.text
             spans += summary.spans
         except CompactionFailed as exc:

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 from bot.accounts.identity import UserRecord
 from bot.agent.events import RunEvents
-from bot.agent.history import HistoryPolicy, build_history
+from bot.agent.history import HistoryPolicy, Viewer, build_history
 from bot.agent.prompt import PromptContext, build_system
 from bot.agent.sanitize import SILENT_TOKEN, is_silent, sanitize
 from bot.agent.state import ContextLimits, RunInput, RunSpec, RunState
+from bot.agent.untrusted import private_tools, screen_memories
 from bot.conversations import ConversationRecord, ConversationState
 from bot.errors import BudgetExceeded, ProviderError
 from bot.llm.tokens import prompt_tokens
@@ -37,7 +38,7 @@ from bot.pipeline.trust import initial_taint, joined, prompts
 from bot.pipeline.turns import TurnRecord, TurnSaved
 from bot.ports import ToolContext
 from bot.tools.registry import tool_spec
-from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
+from bot.types import IncomingMessage, Outcome, Reply, ReplyKind, Role
 
 log = logging.getLogger("switchboard.pipeline")
 
@@ -209,6 +210,7 @@ class Runner:
                 memories = [record.line() for record in found]
             except Exception:
                 log.exception("memory.recall_failed user=%s", user.id)
+            memories = screen_memories(s.guard, memories, conversation.key, str(user.id))
         prompt = build_system(
             PromptContext(
                 platform=first.platform,
@@ -229,6 +231,8 @@ class Runner:
             first, (i.origin for i in inputs), history.history, user.id, memories, s.tools.get
         )
         fixed = prompt_tokens(prompt.blocks, (), tuple(tool_spec(t) for t in tools))
+        every_tool = s.tools.available(Role.OWNER, None)
+        viewer = Viewer(user.id, s.guard, conversation.key, private_tools(every_tool))
         policy = HistoryPolicy(
             turns=llm.history_turns,
             step=agent.history_step,
@@ -247,7 +251,7 @@ class Runner:
         return RunSpec(
             model=model,
             system=prompt.blocks,
-            history=tuple(build_history(history.history, history.summary, policy)),
+            history=tuple(build_history(history.history, history.summary, policy, viewer)),
             tools=tools,
             context=ToolContext(
                 user_id=user.id,

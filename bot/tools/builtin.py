@@ -18,7 +18,8 @@ class GetErrorDetail:
     effect = "read"
     description = (
         "Fetch the full details (traceback, arguments) of a failed tool call by its "
-        "error id, e.g. err_20260101_120000_abc123. Only errors of this conversation."
+        "error id, e.g. err_20260101_120000_abc123. Only errors of this conversation, "
+        "of your own runs."
     )
     input_schema: Mapping[str, Any] = {
         "type": "object",
@@ -27,6 +28,7 @@ class GetErrorDetail:
     }
     min_role = Role.GUEST
     module = "core"
+    private_result = True
 
     def __init__(self, errors: ErrorChannel) -> None:
         self._errors = errors
@@ -35,7 +37,7 @@ class GetErrorDetail:
         error_id = str(args.get("error_id", "")).strip()
         if not error_id:
             raise ToolFailed("error_id is required")
-        detail = await self._errors.detail(error_id, ctx.conversation_id)
+        detail = await self._errors.detail(error_id, ctx)
         if detail is None:
             raise ToolFailed(f"no error {error_id} in this conversation")
         return detail

@@ -1,5 +1,6 @@
 """The error channel: a failed tool's full error is stored under an id; the LLM
-gets a one-line summary it can quote, and `get_error_detail` fetches the rest.
+gets a one-line summary it can quote, and `get_error_detail` fetches the rest
+(only for the user whose run failed, and admins: see `bot.tools.access`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any
 
 from sqlmodel import select
 
+from bot.errors import ToolFailed
 from bot.ports import ToolContext
 from bot.store import Store
 from bot.store.models import ToolError
+from bot.tools.access import may_read, refusal
 from bot.types import utcnow
 
 log = logging.getLogger("switchboard.tools")
@@ -72,17 +75,23 @@ class ErrorChannel:
             return f"Tool '{tool_name}' failed: {text[:FALLBACK_CHARS]}"
         return f"Tool '{tool_name}' failed: {summary} [Error ID: {error_id}]"
 
-    async def detail(self, error_id: str, conversation_id: int) -> str | None:
+    async def detail(self, error_id: str, ctx: ToolContext) -> str | None:
+        """The error's details; None when there is no such error in the
+        conversation; `ToolFailed` when it belongs to another person's run."""
         async with self._store.read() as session:
             row = (
                 await session.exec(
                     select(ToolError).where(
-                        ToolError.id == error_id, ToolError.conversation_id == conversation_id
+                        ToolError.id == error_id, ToolError.conversation_id == ctx.conversation_id
                     )
                 )
             ).first()
+            allowed = row is not None and await may_read(session, row.run_id, ctx)
         if row is None:
             return None
+        if not allowed:
+            log.info("tool.error_detail_refused error_id=%s user=%s", error_id, ctx.user_id)
+            raise ToolFailed(refusal(f"Error {error_id}"))
         return (
             f"Error {row.id} in tool '{row.tool_name}' at {row.created_at:%Y-%m-%d %H:%M:%S} UTC\n"
             f"Arguments: {row.arguments}\n\n{row.detail}"

@@ -33,6 +33,7 @@ class MemorySave:
     }
     min_role = Role.GUEST
     module = "memory"
+    private_result = True
 
     def __init__(self, memories: MemoryStore) -> None:
         self._memories = memories
@@ -69,6 +70,7 @@ class MemorySearch:
     }
     min_role = Role.GUEST
     module = "memory"
+    private_result = True
 
     def __init__(self, memories: MemoryStore) -> None:
         self._memories = memories
@@ -98,6 +100,7 @@ class MemoryGet:
     }
     min_role = Role.GUEST
     module = "memory"
+    private_result = True
 
     def __init__(self, memories: MemoryStore) -> None:
         self._memories = memories

@@ -5,7 +5,8 @@ A result longer than `[agent] tool_result_max_chars` would crowd the context
 window (and be re-sent on every later call of the conversation). The executor
 hands it to `ResultStore.shrink`, which stores it in `tool_results` and returns
 the first part with a note naming the reference (``res_…``). References are
-scoped to their conversation.
+scoped to their conversation, and readable only by the user whose run stored
+them (and admins): see `bot.tools.access`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from bot.errors import ToolFailed
 from bot.ports import ToolContext
 from bot.store import Store
 from bot.store.models import StoredToolResult
+from bot.tools.access import may_read, refusal
 from bot.types import Role
 
 log = logging.getLogger("switchboard.tools")
@@ -78,11 +80,15 @@ class ResultStore:
             f"offset (limit up to {self.page_chars:,}) to read more.]"
         )
 
-    async def page(self, ref: str, conversation_id: int, offset: int, limit: int) -> str:
+    async def page(self, ref: str, ctx: ToolContext, offset: int, limit: int) -> str:
         async with self._store.read() as session:
             row = await session.get(StoredToolResult, ref)
-        if row is None or row.conversation_id != conversation_id:
-            raise ToolFailed(f"no stored result {ref} in this conversation")
+            if row is None or row.conversation_id != ctx.conversation_id:
+                raise ToolFailed(f"no stored result {ref} in this conversation")
+            allowed = await may_read(session, row.run_id, ctx)
+        if not allowed:
+            log.info("tool.result_refused ref=%s user=%s", ref, ctx.user_id)
+            raise ToolFailed(refusal(f"Stored result {ref}"))
         limit = max(1, min(limit, self.page_chars))
         offset = max(0, offset)
         if offset >= row.chars:
@@ -113,6 +119,7 @@ class GetToolResult:
     }
     min_role = Role.GUEST
     module = "core"
+    private_result = True
 
     def __init__(self, results: ResultStore) -> None:
         self._results = results
@@ -126,4 +133,4 @@ class GetToolResult:
             limit = int(args.get("limit") or self._results.page_chars)
         except (TypeError, ValueError):
             raise ToolFailed("offset and limit must be numbers") from None
-        return await self._results.page(ref, ctx.conversation_id, offset, limit)
+        return await self._results.page(ref, ctx, offset, limit)
