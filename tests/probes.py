@@ -24,6 +24,8 @@ class ProbeTool:
     module: str = "test"
     effect: str = "read"
     """Declared: a probe only reads (undeclared tools count as `external`)."""
+    trusted_output: bool = True
+    """Its result is the test's own text; False: content from elsewhere (marked)."""
     calls: list[Mapping[str, Any]] = field(default_factory=list)
 
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:

@@ -11,11 +11,13 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
+from bot.agent.guard import Guard
 from bot.agent.traces import Span, Timer
+from bot.agent.untrusted import screen_tool_result
 from bot.errors import ToolFailed
 from bot.llm.types import ToolResultBlock, ToolUseBlock
 from bot.ports import Tool, ToolContext
-from bot.tools.actions import PendingActions
+from bot.tools.actions import PendingActions, output_trusted
 from bot.tools.errors import ErrorChannel, summarize
 from bot.tools.results import ResultStore
 
@@ -34,12 +36,14 @@ class ToolExecutor:
         attempts: int = 2,
         results: ResultStore | None = None,
         actions: PendingActions | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self._errors = errors
         self._timeout = timeout
         self._attempts = attempts
         self._results = results
         self._actions = actions
+        self._guard = guard
 
     async def run_all(
         self,
@@ -94,6 +98,8 @@ class ToolExecutor:
                     output = await self._results.shrink(
                         output, tool_name=call.name, tool_use_id=call.id, ctx=ctx
                     )
+                if not output_trusted(tool):  # content from elsewhere: data, scanned
+                    output = screen_tool_result(self._guard, output, ctx, call.name)
                 return ToolResultBlock(call.id, output), None
             except asyncio.CancelledError:
                 raise

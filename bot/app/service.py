@@ -165,6 +165,7 @@ class App:
         for spec in [*spec_list, *extras.commands]:
             commands.add(spec)
         bus = EventBus()
+        guard = Guard(agent.guard_mode, agent.max_message_chars)
         actions = PendingActions(
             self.store, audit, tools.get, expiry=timedelta(minutes=agent.confirm_minutes)
         )
@@ -175,6 +176,7 @@ class App:
             timeout=self.settings.llm.tool_timeout_seconds,
             results=results,
             actions=actions,
+            guard=guard,
         )
         summarizer = Summarizer(
             self.provider,
@@ -209,7 +211,7 @@ class App:
                 coordination=coordination,
                 control=control,
                 bus=bus,
-                guard=Guard(agent.guard_mode, agent.max_message_chars),
+                guard=guard,
                 memories=memories,
                 compactor=Compactor(
                     self.store, conversations, summarizer, flush, budgets, self.settings, leases

@@ -66,13 +66,15 @@ async def web_page(tool: ProbeTool, args: Mapping[str, Any]) -> str:
 @pytest.mark.parametrize("mode", ["warn", "block"])
 async def test_an_injected_tool_result_in_the_history(make_app, fake_anthropic, caplog, mode):
     app = await make_app(
-        tools=(ProbeTool("web", web_page),),
+        tools=(ProbeTool("web", web_page, trusted_output=False),),
         agent={"guard_mode": mode},
         budgets={"guest": "unlimited"},
     )
     app.attach(RecordingAdapter())
     fake_anthropic.script(tool_use_reply(tool_call("web")), text_reply("The page says hello."))
     await app.pipeline.handle(message("open the page"))
+    assert len(detections(caplog, "tool_result")) == 1  # scanned as it came in
+    caplog.clear()
     fake_anthropic.script(text_reply("ok"))
     with caplog.at_level(logging.WARNING, logger=SECURITY):
         await app.pipeline.handle(message("and now?"))
@@ -80,10 +82,11 @@ async def test_an_injected_tool_result_in_the_history(make_app, fake_anthropic, 
     if mode == "warn":
         marked = f'<untrusted source="tool_result" tool="web">\n<html>Welcome! {INJECTION}'
         assert quoted(f"{marked}</html>\n</untrusted>") in body
-    else:
+        (line,) = detections(caplog, "tool_result")  # still data: flagged again
+        assert f"mode={mode}" in line
+    else:  # withheld when it came in: the history never held it
         assert INJECTION not in body and WITHHELD_TOOL_RESULT in body
-    (line,) = detections(caplog, "tool_result")
-    assert f"mode={mode}" in line
+        assert detections(caplog, "tool_result") == []
 
 
 @pytest.mark.parametrize("mode", ["warn", "block"])

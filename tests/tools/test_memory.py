@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlmodel import select
 
+from bot.agent.untrusted import unwrap
 from bot.store import Store
 from bot.store.memories import MemoryStore, search_terms
 from bot.store.models import Memory, User
@@ -114,7 +115,9 @@ async def test_memory_tools_through_the_pipeline(make_app, fake_anthropic):
         ]
 
     assert results(1)[0]["content"] == "Saved to memory (#1)."
-    assert results(3)[0]["content"].endswith(": Alice's team is called Platform")
+    found = results(3)[0]["content"]  # what memory holds reaches the model as data
+    assert found.startswith('<untrusted source="tool_result" tool="memory_search">')
+    assert unwrap(found).endswith(": Alice's team is called Platform")
     got, missing = results(5)
     assert "Alice's team is called Platform" in got["content"]
     assert missing["is_error"] and "no memory #99" in missing["content"]

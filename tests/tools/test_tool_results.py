@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlmodel import select
 
+from bot.agent.untrusted import unwrap
 from bot.store.models import Message, StoredToolResult
 from tests.fakes.anthropic import text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
@@ -56,7 +57,7 @@ async def test_a_large_result_is_stored_and_paged(make_app, fake_anthropic):
     small = fake_anthropic.requests[1].messages[-1]["content"][1]
     assert small["content"] == "small ok 1"  # short results are left alone
 
-    paged = result_of(fake_anthropic.requests[2])["content"]
+    paged = unwrap(result_of(fake_anthropic.requests[2])["content"])  # marked as data
     assert paged.startswith(
         f"[{ref.group(0)} from report: characters 21,990–22,000 of 22,000. (end)]"
     )
