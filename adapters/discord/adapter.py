@@ -280,12 +280,18 @@ class DiscordAdapter:
         placeholder = True  # the deferred "thinking…" message is still showing
         for reply in replies:
             try:
-                for chunk in render(reply.text):
+                chunks = render(reply.text)
+                for index, chunk in enumerate(chunks):
                     if placeholder and not reply.private:  # it is ephemeral: make way
                         placeholder = False
                         await interaction.delete_original_response()
+                    view = buttons_view(reply.buttons) if index == len(chunks) - 1 else None
                     await interaction.followup.send(
-                        chunk, ephemeral=reply.private, allowed_mentions=NO_PINGS, wait=True
+                        chunk,
+                        ephemeral=reply.private,
+                        allowed_mentions=NO_PINGS,
+                        wait=True,
+                        view=view if view is not None else discord.utils.MISSING,
                     )
                     placeholder = False
             except SEND_ERRORS as exc:

@@ -399,8 +399,10 @@ class SlackAdapter:
             raise DeliveryFailed("the command came without a response_url")
         webhook = AsyncWebhookClient(url=response_url, session=self._http)
         kind = "ephemeral" if reply.private else "in_channel"
-        for chunk in render(reply.text):
-            response = await webhook.send(text=chunk, response_type=kind)
+        chunks = render(reply.text)
+        for index, chunk in enumerate(chunks):
+            buttons = blocks(chunk, reply.buttons) if index == len(chunks) - 1 else None
+            response = await webhook.send(text=chunk, response_type=kind, blocks=buttons)
             if response.status_code != 200:
                 raise DeliveryFailed(f"response_url answered HTTP {response.status_code}")
 

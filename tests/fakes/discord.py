@@ -480,7 +480,7 @@ class FakeDiscord:
             return error(404, 10015, "Unknown Webhook")
         body = await request.json()
         content = str(body.get("content") or "")
-        if problem := invalid_content(content):
+        if problem := invalid_content(content) or invalid_components(body.get("components")):
             return problem
         allowed = body.get("allowed_mentions")
         original = interaction.original
@@ -504,6 +504,9 @@ class FakeDiscord:
             message = self._messages[posted.id]
             if not ephemeral:
                 await self.dispatch("MESSAGE_CREATE", message)
+        if components := body.get("components"):
+            message["components"] = components
+            next(p for p in self.posted if p.id == message["id"]).components = components
         if request.query.get("wait") in ("1", "true", "True"):
             return json_response(message)
         return web.Response(status=204)

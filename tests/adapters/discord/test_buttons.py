@@ -5,14 +5,21 @@ update."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from sqlmodel import select
 
+from adapters.discord import DiscordAdapter
 from bot.app import App
+from bot.config import DiscordSettings
+from bot.ports import CommandInfo
 from bot.store.models import InboxItem
-from bot.types import Button, Reply, Target
+from bot.types import Button, IncomingMessage, Outcome, Reply, Role, Target
 from tests.adapters.discord.helpers import settle
 from tests.fakes.discord import FakeDiscord
-from tests.fakes.discord_payloads import BOB, CHANNEL_ID, GUILD_ID
+from tests.fakes.discord_payloads import BOB, CHANNEL_ID, GUILD_ID, TOKEN
+from tests.harness import SoleLeader
 
 CONFIRM = (Button("Confirm", "/confirm K7Q2MX"), Button("Cancel", "/cancel K7Q2MX"))
 
@@ -91,3 +98,50 @@ async def test_a_component_that_is_not_ours_is_only_acknowledged(start_discord, 
     await settle(fake_discord, adapter)
     assert await inbox(app) == []
     assert fake_discord.interactions[press["token"]].acknowledged
+
+
+class PromptingCore:
+    """A core with one command, /pending, answered with a prompt with buttons."""
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+
+    async def handle(
+        self,
+        msg: IncomingMessage,
+        *,
+        deliver: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> Outcome:
+        return Outcome("command", (Reply("Confirm?", msg.target(), buttons=CONFIRM),))
+
+    async def recent_channels(self, platform: str, within: Any, limit: int) -> list[Any]:
+        return []
+
+    def leadership(self, name: str) -> SoleLeader:
+        return SoleLeader()
+
+    def command_infos(self) -> list[CommandInfo]:
+        return [CommandInfo("pending", "Your pending actions", "", Role.GUEST)]
+
+    async def record_delivery_failure(self, reply: Reply, error: BaseException) -> None:
+        self.errors.append(error)
+
+
+async def test_a_slash_command_answer_carries_its_buttons(fake_discord: FakeDiscord):
+    settings = DiscordSettings(enabled=True, api_base_url=fake_discord.api_base_url)
+    adapter, core = DiscordAdapter(settings, TOKEN), PromptingCore()
+    await adapter.start(core)  # type: ignore[arg-type]
+    try:
+        payload = fake_discord.slash_command("pending")
+        await fake_discord.dispatch("INTERACTION_CREATE", payload)
+        await settle(fake_discord, adapter)
+    finally:
+        await adapter.stop()
+
+    assert core.errors == []
+    [answer] = fake_discord.visible(CHANNEL_ID)
+    assert answer.content == "Confirm?" and answer.interaction_id == payload["id"]
+    assert answer.components is not None
+    [row] = answer.components
+    assert [b["custom_id"] for b in row["components"]] == ["/confirm K7Q2MX", "/cancel K7Q2MX"]

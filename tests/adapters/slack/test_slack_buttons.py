@@ -6,15 +6,21 @@ presser's message, and is acknowledged once stored."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+import aiohttp
 from sqlmodel import select
 
+from adapters.slack import SlackAdapter
+from bot.config import SlackSettings
+from bot.ports import CommandInfo
 from bot.store.models import InboxItem
-from bot.types import Button, Reply, Target
-from tests.adapters.slack.support import Rig
-from tests.fakes.slack import socket_envelope
+from bot.types import Button, IncomingMessage, Outcome, Reply, Target
+from bot.web.server import WebServer
+from tests.adapters.slack.support import Rig, command_payload
+from tests.fakes.slack import BOT_TOKEN, SIGNING_SECRET, signed_headers, socket_envelope
 from tests.fakes.slack_blocks import block_actions
 
 pytest_plugins = ("tests.adapters.slack.fixtures",)
@@ -108,3 +114,55 @@ async def test_other_actions_are_acknowledged_and_not_handed_over(rig_factory):
     assert (await interact(rig, block_actions(message, other)))[0] == 200
     await rig.adapter.idle()
     assert await inbox(rig) == []
+
+
+class PromptingCore:
+    """A core that answers every command with a confirmation prompt with buttons."""
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+
+    async def handle(
+        self,
+        msg: IncomingMessage,
+        *,
+        deliver: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> Outcome:
+        if on_accepted is not None:
+            on_accepted()
+        return Outcome("command", (Reply("Confirm?", msg.target(), buttons=CONFIRM),))
+
+    def command_infos(self) -> Sequence[CommandInfo]:
+        return []
+
+    async def record_delivery_failure(self, reply: Reply, error: BaseException) -> None:
+        self.errors.append(error)
+
+
+async def test_a_slash_command_answer_carries_its_buttons(slack):
+    config = SlackSettings.model_validate(
+        {"enabled": True, "mode": "http", "api_base_url": slack.api_url}
+    )
+    adapter = SlackAdapter(config, bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET)
+    web = WebServer("127.0.0.1", 0)
+    web.add_routes(adapter.routes())
+    await web.start()
+    core = PromptingCore()
+    await adapter.start(core)  # type: ignore[arg-type]
+    try:
+        form = urlencode(command_payload(slack, "pending"))
+        headers = {"Content-Type": "application/x-www-form-urlencoded", **signed_headers(form)}
+        url = f"{web.url}/slack/commands"
+        async with aiohttp.ClientSession() as http, http.post(url, data=form, headers=headers) as r:
+            assert r.status == 200
+        await adapter.idle()
+    finally:
+        await adapter.stop()
+        await web.stop()
+
+    assert core.errors == []
+    [response] = slack.responses
+    section, actions = response["blocks"]
+    assert section["text"]["text"] == response["text"] == "Confirm?"
+    assert [e["value"] for e in actions["elements"]] == ["/confirm K7Q2MX", "/cancel K7Q2MX"]
