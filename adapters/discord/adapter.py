@@ -20,6 +20,11 @@ within 3 s), then the core runs the command (`handle(deliver=False)`: our role c
 never the LLM) and its replies are sent as follow-ups. The first follow-up after a
 deferral takes the deferral's visibility, so a private reply fills the ephemeral
 placeholder while a public one first deletes it and is then posted publicly.
+
+Buttons (`Reply.buttons`): message components under the last part, custom_id = the
+command. A press (INTERACTION_CREATE, component) is handed to the core as the
+presser's message in that channel (`hand_over`: stored first), then acknowledged
+with a deferred update, which leaves the message as it is.
 """
 
 from __future__ import annotations
@@ -35,13 +40,25 @@ import aiohttp
 import discord
 
 from adapters.discord.catchup import catch_up
-from adapters.discord.client import NO_PINGS, REPLY_PING, Endpoints, SwitchboardClient
+from adapters.discord.client import (
+    NO_PINGS,
+    REPLY_PING,
+    Endpoints,
+    SwitchboardClient,
+    buttons_view,
+)
 from adapters.discord.files import Downloader
-from adapters.discord.parse import PLATFORM, command_message, option_text, parse_message
+from adapters.discord.parse import (
+    PLATFORM,
+    command_message,
+    option_text,
+    parse_message,
+    press_message,
+)
 from adapters.discord.render import render
 from bot.config import DiscordSettings, Secrets, Settings
 from bot.errors import ConfigError, DeliveryFailed, StartupError
-from bot.ports import Core, SendProgress
+from bot.ports import Core, SendProgress, hand_over
 from bot.types import BotIdentity, IncomingMessage, Reply, Target
 
 log = logging.getLogger("switchboard.discord")
@@ -76,6 +93,7 @@ class DiscordAdapter:
             on_new_session=self._on_new_session,
             commands=core.command_infos(),
             on_command=self._on_command,
+            on_press=self._on_press,
             sync_commands=self.settings.sync_commands,
             max_ratelimit_wait=self.settings.max_ratelimit_wait,
             shard_id=self.settings.shard_id,
@@ -231,18 +249,53 @@ class DiscordAdapter:
         outcome = await core.handle(msg, deliver=False)
         await self._answer(interaction, outcome.replies, core)
 
+    async def _on_press(self, interaction: discord.Interaction) -> None:
+        """A button press: hand the button's command to the core as the presser's
+        message, then acknowledge it (deferred update: the message stays as it is)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await self._press(interaction)
+        finally:
+            self._tasks.discard(task)
+
+    async def _press(self, interaction: discord.Interaction) -> None:
+        data: dict[str, Any] = dict(interaction.data or {})
+        msg = press_message(
+            interaction_id=str(interaction.id),
+            custom_id=str(data.get("custom_id", "")),
+            user_id=str(interaction.user.id),
+            user_name=interaction.user.display_name,
+            channel_id=str(interaction.channel_id),
+            guild_id=str(interaction.guild_id) if interaction.guild_id else None,
+        )
+        core = self._core
+        if msg is not None and core is not None and not await hand_over(core, msg, self._tasks):
+            log.warning("discord.press_not_taken interaction=%s", interaction.id)
+        try:
+            await interaction.response.defer()
+        except SEND_ERRORS as exc:
+            log.warning("discord.press_ack_failed interaction=%s: %s", interaction.id, exc)
+
     async def _answer(
         self, interaction: discord.Interaction, replies: Sequence[Reply], core: Core
     ) -> None:
         placeholder = True  # the deferred "thinking…" message is still showing
         for reply in replies:
             try:
-                for chunk in render(reply.text):
+                chunks = render(reply.text)
+                for index, chunk in enumerate(chunks):
                     if placeholder and not reply.private:  # it is ephemeral: make way
                         placeholder = False
                         await interaction.delete_original_response()
+                    view = buttons_view(reply.buttons) if index == len(chunks) - 1 else None
                     await interaction.followup.send(
-                        chunk, ephemeral=reply.private, allowed_mentions=NO_PINGS, wait=True
+                        chunk,
+                        ephemeral=reply.private,
+                        allowed_mentions=NO_PINGS,
+                        wait=True,
+                        view=view if view is not None else discord.utils.MISSING,
                     )
                     placeholder = False
             except SEND_ERRORS as exc:
@@ -268,7 +321,10 @@ class DiscordAdapter:
                 continue
             # discord.py sends a nonce with enforce_nonce=true: Discord returns the
             # message already posted with it instead of posting it twice.
-            nonce: dict[str, Any] = {"nonce": progress.nonce(index)} if progress else {}
+            extra: dict[str, Any] = {"nonce": progress.nonce(index)} if progress else {}
+            view = buttons_view(reply.buttons) if index == len(chunks) - 1 else None
+            if view is not None:
+                extra["view"] = view
             try:
                 if index == 0 and target.reply_to_message_id:
                     reference = discord.MessageReference(
@@ -277,10 +333,10 @@ class DiscordAdapter:
                         fail_if_not_exists=False,  # the author deleted it: post anyway
                     )
                     message = await channel.send(
-                        chunk, reference=reference, allowed_mentions=REPLY_PING, **nonce
+                        chunk, reference=reference, allowed_mentions=REPLY_PING, **extra
                     )
                 else:
-                    message = await channel.send(chunk, allowed_mentions=NO_PINGS, **nonce)
+                    message = await channel.send(chunk, allowed_mentions=NO_PINGS, **extra)
             except SEND_ERRORS as exc:
                 part = f" (part {index + 1} of {len(chunks)})" if len(chunks) > 1 else ""
                 reason = f"Discord did not take the message{part}: {_describe(exc)}"

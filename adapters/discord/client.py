@@ -38,6 +38,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from bot.ports import CommandInfo
+from bot.types import Button
 
 log = logging.getLogger("switchboard.discord")
 
@@ -45,6 +46,9 @@ DEFAULT_API_BASE = "https://discord.com/api/v10"
 NO_PINGS = discord.AllowedMentions.none()
 REPLY_PING = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=True)
 _COMMAND_NAME = re.compile(r"^[-_a-z0-9]{1,32}$")
+MAX_CUSTOM_ID = 100
+MAX_BUTTONS = 5
+"""Buttons in one action row."""
 
 RawHandler = Callable[[Mapping[str, Any]], None]
 CommandHandler = Callable[[discord.Interaction], Awaitable[None]]
@@ -88,6 +92,7 @@ class SwitchboardClient(discord.Client):
         on_new_session: Callable[[], None],
         commands: Sequence[CommandInfo],
         on_command: CommandHandler,
+        on_press: CommandHandler,
         sync_commands: bool,
         max_ratelimit_wait: float,
         shard_id: int | None = None,
@@ -110,6 +115,7 @@ class SwitchboardClient(discord.Client):
         after the last GUILD_CREATE; messages are handled meanwhile, so we do not wait.)"""
         self._on_message_payload = on_message_payload
         self._on_new_session = on_new_session
+        self._on_press = on_press
         self._sync_commands = sync_commands
         self.tree = app_commands.CommandTree(self)
         for info in commands:
@@ -132,6 +138,11 @@ class SwitchboardClient(discord.Client):
 
     async def on_connect(self) -> None:
         self.connected.set()
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """Button presses (component interactions); slash commands go through the tree."""
+        if interaction.type == discord.InteractionType.component:
+            await self._on_press(interaction)
 
     async def on_socket_raw_receive(self, raw: str | bytes) -> None:
         if isinstance(raw, bytes):
@@ -177,3 +188,19 @@ def slash_command(
         await handler(interaction)
 
     return app_commands.Command(name=info.name, description=description, callback=plain)
+
+
+def buttons_view(buttons: Sequence[Button]) -> discord.ui.View | None:
+    """A reply's buttons as message components, custom_id = the command (Discord
+    allows 100 characters; none at all when a command is longer: the reply's text
+    says how to type it). The view is stopped before it is sent, so discord.py does
+    not keep it to dispatch presses itself: `on_interaction` takes them."""
+    usable = [b for b in buttons[:MAX_BUTTONS] if b.label.strip()]
+    if not usable or any(len(b.command) > MAX_CUSTOM_ID for b in usable):
+        return None
+    view = discord.ui.View(timeout=None)
+    for number, b in enumerate(usable):
+        style = discord.ButtonStyle.primary if number == 0 else discord.ButtonStyle.secondary
+        view.add_item(discord.ui.Button(label=b.label[:80], custom_id=b.command, style=style))
+    view.stop()
+    return view

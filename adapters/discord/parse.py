@@ -149,6 +149,36 @@ def command_message(
     )
 
 
+def press_message(
+    *,
+    interaction_id: str,
+    custom_id: str,
+    user_id: str,
+    user_name: str | None,
+    channel_id: str,
+    guild_id: str | None,
+    raw: Mapping[str, Any] | None = None,
+) -> IncomingMessage | None:
+    """A press on one of our reply buttons (a component interaction whose custom_id
+    is the button's command) as that command said by the presser, addressed to the
+    bot; None for components that are not ours. The interaction id is the dedupe
+    key."""
+    if not custom_id.startswith("/"):
+        return None
+    return IncomingMessage(
+        platform=PLATFORM,
+        platform_user_id=user_id,
+        platform_channel_id=channel_id,
+        text=custom_id,
+        platform_server_id=guild_id,
+        user_display_name=user_name,
+        chat_type="group" if guild_id else "direct",
+        mentions_bot=True,
+        event_id=interaction_id,
+        raw=raw,
+    )
+
+
 def option_text(options: Any) -> str:
     """The values of a command's options, in order, as one argument string."""
     values: list[str] = []

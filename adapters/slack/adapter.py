@@ -36,6 +36,13 @@ command's `response_url`: ephemeral when the reply is private, in the channel
 otherwise. Slash commands cannot be used in threads (Slack's rule); inside a
 thread, "@bot /new" works as a message.
 
+Buttons (`Reply.buttons`, e.g. Confirm / Cancel): an `actions` block under the
+last part (`buttons.py`). A press arrives as a `block_actions` interaction (POST
+`/slack/interactivity`, or a Socket Mode `interactive` envelope); its command goes
+to the pipeline as the presser's message, and Slack is acknowledged once it is
+stored (enable Interactivity in the app settings, with the request URL
+`/slack/interactivity` in http mode).
+
 Typing: Slack has no typing indicator for bots in channels. With
 `slack.typing_status` set, the thread gets that status through
 `assistant.threads.setStatus` (apps with the "Agents & AI Apps" feature; Slack
@@ -65,6 +72,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from adapters.slack.buttons import ACTION_ID, blocks, parse_press
 from adapters.slack.delivery import Poster, Sleep, api_error
 from adapters.slack.files import FileFetcher, describe
 from adapters.slack.parse import PLATFORM, parse_command, parse_event
@@ -323,11 +331,15 @@ class SlackAdapter:
         async def ack_only(ack: AsyncAck) -> None:
             await ack()
 
+        async def on_press(ack: AsyncAck, body: dict[str, Any]) -> None:
+            await self._on_press(ack, body)
+
         self.bolt.event("message")(on_event)
         self.bolt.event("app_mention")(on_event)
         self.bolt.event(re.compile(".*"))(ignore)  # acknowledge the rest: no redeliveries
         self.bolt.command(re.compile("^/"))(on_command)
-        # Buttons, shortcuts and modals: nothing here uses them yet; acknowledge
+        self.bolt.action(ACTION_ID)(on_press)  # our reply buttons (buttons.py)
+        # Other actions, shortcuts and modals: nothing here uses them; acknowledge
         # them so Slack shows no error to whoever clicked.
         self.bolt.action(re.compile(".*"))(ack_only)
         self.bolt.shortcut(re.compile(".*"))(ack_only)
@@ -350,6 +362,15 @@ class SlackAdapter:
         )
         if not await hand_over(core, msg, self._tasks):
             raise NotTaken(f"message {msg.event_id} could not be stored; Slack will retry")
+
+    async def _on_press(self, ack: AsyncAck, body: Mapping[str, Any]) -> None:
+        """A press on one of our buttons: its command goes to the pipeline as the
+        presser's message; Slack is acknowledged once it is stored."""
+        core = self._core
+        msg = parse_press(body, self.identity) if self.identity is not None else None
+        if core is not None and msg is not None and not await hand_over(core, msg, self._tasks):
+            raise NotTaken(f"button press {msg.event_id} could not be stored; Slack will retry")
+        await ack()
 
     async def fetch_files(self, msg: IncomingMessage) -> IncomingMessage:
         """Download what the agent may read (called by the pipeline after intake)."""
@@ -410,8 +431,10 @@ class SlackAdapter:
             raise DeliveryFailed("the command came without a response_url")
         webhook = AsyncWebhookClient(url=response_url, session=self._http)
         kind = "ephemeral" if reply.private else "in_channel"
-        for chunk in render(reply.text):
-            response = await webhook.send(text=chunk, response_type=kind)
+        chunks = render(reply.text)
+        for index, chunk in enumerate(chunks):
+            buttons = blocks(chunk, reply.buttons) if index == len(chunks) - 1 else None
+            response = await webhook.send(text=chunk, response_type=kind, blocks=buttons)
             if response.status_code != 200:
                 raise DeliveryFailed(f"response_url answered HTTP {response.status_code}")
 
@@ -423,7 +446,8 @@ class SlackAdapter:
             return []
         target = reply.target
         thread = target.thread_id or target.reply_to_message_id
-        return await self.poster.post(target.channel_id, chunks, thread, progress)
+        buttons = blocks(chunks[-1], reply.buttons) if reply.buttons else None
+        return await self.poster.post(target.channel_id, chunks, thread, progress, buttons)
 
     async def show_typing(self, target: Target) -> None:
         status = self.settings.typing_status

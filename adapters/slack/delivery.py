@@ -56,9 +56,10 @@ class Poster:
         chunks: Sequence[str],
         thread_ts: str | None,
         progress: SendProgress | None = None,
+        last_blocks: Sequence[dict[str, Any]] | None = None,
     ) -> list[str]:
-        """Post the parts in order, after those `progress` says are done; returns
-        the `ts` values of all parts."""
+        """Post the parts in order, after those `progress` says are done, the last
+        one with `last_blocks` (its buttons); returns the `ts` values of all parts."""
         sent: list[str] = list(progress.done) if progress else []
         async with self._lock(channel):
             for number, chunk in enumerate(chunks, 1):
@@ -68,7 +69,8 @@ class Poster:
                     found = None
                     if progress is not None and progress.resumed and number == len(sent) + 1:
                         found = await self._find_posted(channel, chunk, thread_ts, progress.since)
-                    sent.append(found or await self._post_one(channel, chunk, thread_ts))
+                    blocks = last_blocks if number == len(chunks) else None
+                    sent.append(found or await self._post_one(channel, chunk, thread_ts, blocks))
                     if progress is not None:
                         await progress.sent(number - 1, sent[-1])
                 except DeliveryFailed as exc:
@@ -106,7 +108,13 @@ class Poster:
             self._me = str((await self._client.auth_test()).get("user_id") or "")
         return self._me
 
-    async def _post_one(self, channel: str, text: str, thread_ts: str | None) -> str:
+    async def _post_one(
+        self,
+        channel: str,
+        text: str,
+        thread_ts: str | None,
+        blocks: Sequence[dict[str, Any]] | None = None,
+    ) -> str:
         attempt = 0
         while True:
             attempt += 1
@@ -115,6 +123,7 @@ class Poster:
                 response = await self._client.chat_postMessage(
                     channel=channel,
                     text=text,
+                    blocks=blocks,
                     thread_ts=thread_ts,
                     mrkdwn=True,
                     unfurl_links=False,

@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.telegram.delivery import Clock, Limits, Sender, SystemClock
-from adapters.telegram.parse import parse_update
+from adapters.telegram.parse import parse_press, parse_update
 from adapters.telegram.render import render
 from adapters.telegram.transport import (
     FileTooLarge,
@@ -40,7 +40,7 @@ from adapters.telegram.transport import (
 from bot.config import TelegramSettings
 from bot.errors import AdapterError, StartupError
 from bot.ports import Core, Route, SendProgress, hand_over
-from bot.types import Attachment, BotIdentity, IncomingMessage, Reply, Role, Target
+from bot.types import Attachment, BotIdentity, Button, IncomingMessage, Reply, Role, Target
 
 log = logging.getLogger("switchboard.telegram")
 
@@ -48,6 +48,8 @@ PLATFORM = "telegram"
 WEBHOOK_PATH = "/telegram/webhook"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
+MAX_CALLBACK_DATA = 64
+"""Bytes of `callback_data` Telegram accepts per inline keyboard button."""
 _MENU_ROLES = (Role.GUEST, Role.USER)
 _UNSUPPORTED = {
     "audio": "voice and audio messages are not supported",
@@ -179,7 +181,7 @@ class TelegramAdapter:
         chunks = render(reply.text)
         if not chunks:
             return []
-        return await self._sender.send(reply.target, chunks, progress)
+        return await self._sender.send(reply.target, chunks, progress, _keyboard(reply.buttons))
 
     async def show_typing(self, target: Target) -> None:
         if self._sender.blocked(target.channel_id):
@@ -277,7 +279,12 @@ class TelegramAdapter:
         if core is None or identity is None:
             return False
         try:
-            msg = parse_update(update, identity, handle_edited=self.settings.handle_edited)
+            press = "callback_query" in update
+            msg = (
+                parse_press(update, identity)
+                if press
+                else parse_update(update, identity, handle_edited=self.settings.handle_edited)
+            )
         except Exception as exc:  # a payload we cannot read would block the queue forever
             log.warning(
                 "telegram.unreadable_update update_id=%s ignored: %s",
@@ -286,10 +293,27 @@ class TelegramAdapter:
                 exc_info=log.isEnabledFor(logging.DEBUG),
             )
             return True
+        if press:
+            return await self._take_press(core, msg, update)
         if msg is None:
             return True
         msg = await self._with_files(msg)
         return await hand_over(core, msg, self._tasks)
+
+    async def _take_press(
+        self, core: Core, msg: IncomingMessage | None, update: dict[str, Any]
+    ) -> bool:
+        """A button press: its command goes to the pipeline as the presser's message;
+        once taken, the press is acknowledged (answerCallbackQuery)."""
+        if msg is not None and not await hand_over(core, msg, self._tasks):
+            return False
+        query_id = str((update.get("callback_query") or {}).get("id", ""))
+        if query_id:
+            try:
+                await self.transport.answer_callback_query(query_id)
+            except AdapterError as exc:  # e.g. "query is too old" on a redelivery
+                log.warning("telegram.press_not_answered query=%s: %s", query_id, exc)
+        return True
 
     # -- files ---------------------------------------------------------------
 
@@ -314,6 +338,20 @@ class TelegramAdapter:
             log.warning("telegram.download_failed file=%s: %s", attachment.name, exc)
             return replace(attachment, problem="downloading it from Telegram failed")
         return replace(attachment, data=data, size=len(data))
+
+
+def _keyboard(buttons: Sequence[Button]) -> tuple[tuple[str, str], ...]:
+    """Inline keyboard buttons (label, callback_data): none at all when one command
+    is too long for `callback_data` (the reply's text says how to type it)."""
+    keyboard = tuple((b.label, b.command) for b in buttons)
+    too_long = [c for _, c in keyboard if len(c.encode()) > MAX_CALLBACK_DATA]
+    if too_long:
+        log.warning(
+            "telegram.buttons_dropped: a command is over %d bytes of callback_data",
+            MAX_CALLBACK_DATA,
+        )
+        return ()
+    return keyboard
 
 
 def _too_large(size: int, limit: int) -> str:

@@ -22,7 +22,12 @@ from aiogram.exceptions import (
     TelegramServerError,
     TelegramUnauthorizedError,
 )
-from aiogram.types import BotCommand, ReplyParameters
+from aiogram.types import (
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    ReplyParameters,
+)
 
 from adapters.telegram.parse import ALLOWED_UPDATES
 from adapters.telegram.transport import (
@@ -97,6 +102,7 @@ class AiogramTransport:
         html: bool,
         thread_id: str | None = None,
         reply_to: str | None = None,
+        buttons: Sequence[tuple[str, str]] = (),
     ) -> str:
         reply = (
             ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
@@ -110,8 +116,13 @@ class AiogramTransport:
                 parse_mode="HTML" if html else None,
                 message_thread_id=int(thread_id) if thread_id else None,
                 reply_parameters=reply,
+                reply_markup=_keyboard(buttons),
             )
         return str(sent.message_id)
+
+    async def answer_callback_query(self, query_id: str) -> None:
+        with self._translated():
+            await self.bot.answer_callback_query(query_id)
 
     async def send_chat_action(self, chat_id: str, thread_id: str | None = None) -> None:
         with self._translated():
@@ -165,3 +176,10 @@ class AiogramTransport:
 
     def _text(self, message: str) -> str:
         return scrub(message, self._token)
+
+
+def _keyboard(buttons: Sequence[tuple[str, str]]) -> InlineKeyboardMarkup | None:
+    if not buttons:
+        return None
+    row = [InlineKeyboardButton(text=label, callback_data=data) for label, data in buttons]
+    return InlineKeyboardMarkup(inline_keyboard=[row])

@@ -85,11 +85,15 @@ class Sender:
         self._blocked_until[chat_id] = max(until, self._blocked_until.get(chat_id, 0.0))
 
     async def send(
-        self, target: Target, chunks: Sequence[str], progress: SendProgress | None = None
+        self,
+        target: Target,
+        chunks: Sequence[str],
+        progress: SendProgress | None = None,
+        buttons: Sequence[tuple[str, str]] = (),
     ) -> list[str]:
         """Send `chunks` (Telegram HTML) in order, after those `progress` says are
-        done; the first one as a reply when the target says so. Returns the
-        message ids of all parts."""
+        done; the first one as a reply when the target says so, the last one with
+        `buttons` (an inline keyboard). Returns the message ids of all parts."""
         chat = target.channel_id
         lock = self._locks.get(chat)
         if lock is None:
@@ -100,8 +104,11 @@ class Sender:
                 if index < len(ids):
                     continue
                 reply_to = target.reply_to_message_id if index == 0 else None
+                keyboard = buttons if index == len(chunks) - 1 else ()
                 try:
-                    ids.append(await self._send_one(chat, chunk, target.thread_id, reply_to))
+                    ids.append(
+                        await self._send_one(chat, chunk, target.thread_id, reply_to, keyboard)
+                    )
                     if progress is not None:
                         await progress.sent(index, ids[-1])
                 except DeliveryFailed as exc:
@@ -111,7 +118,12 @@ class Sender:
         return ids
 
     async def _send_one(
-        self, chat: str, chunk: str, thread_id: str | None, reply_to: str | None
+        self,
+        chat: str,
+        chunk: str,
+        thread_id: str | None,
+        reply_to: str | None,
+        buttons: Sequence[tuple[str, str]] = (),
     ) -> str:
         html = True
         failures = 0
@@ -119,7 +131,12 @@ class Sender:
             await self._wait_turn(chat)
             try:
                 return await self._transport.send_message(
-                    chat, chunk, html=html, thread_id=thread_id, reply_to=reply_to
+                    chat,
+                    chunk,
+                    html=html,
+                    thread_id=thread_id,
+                    reply_to=reply_to,
+                    buttons=buttons,
                 )
             except RateLimited as exc:
                 if exc.retry_after > self._limits.max_flood_wait:

@@ -5,8 +5,9 @@ person in a private chat, a group or a supergroup, with text, a caption or a fil
 Everything else is `None`: channel posts, messages from bots (ourselves included, and
 Telegram's anonymous-admin bot), service messages (members joining, topics created,
 pins, ...), stickers and other content without text or a file, commands addressed to
-another bot (`/cmd@OtherBot`), and update kinds we do not handle (callback queries,
-inline queries, member updates, ...).
+another bot (`/cmd@OtherBot`), and update kinds we do not handle (inline queries,
+member updates, ...). A `callback_query` (someone pressed one of our inline keyboard
+buttons) becomes the button's command said by the presser: `parse_press`.
 
 Entity offsets and lengths are in UTF-16 code units (Bot API rule), so substrings are
 cut from the UTF-16 encoding of the text.
@@ -21,7 +22,7 @@ from typing import Any, Literal
 from bot.types import Attachment, BotIdentity, ChatType, IncomingMessage, utcnow
 
 PLATFORM = "telegram"
-ALLOWED_UPDATES = ("message", "edited_message")
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 """The update kinds the adapter asks Telegram for (`allowed_updates`)."""
 
 _CHAT_TYPES: dict[str, ChatType] = {"private": "direct", "group": "group", "supergroup": "group"}
@@ -73,6 +74,47 @@ def parse_update(
         received_at=_timestamp(message.get("edit_date") or message.get("date")),
         mentioned_user_ids=_mentioned_users(entities, bot),
         event_id=f"{bot.user_id}:{update_id}",
+        raw=update,
+    )
+
+
+def parse_press(update: JSON, bot: BotIdentity) -> IncomingMessage | None:
+    """A `callback_query` update → the button's command (its `callback_data`, which we
+    set to a command such as "/confirm K7Q2MX") said by the presser, in the chat (and
+    topic) of the message that carried the keyboard, addressed to the bot. `None`
+    for anything else, and for presses whose data is not a command of ours."""
+    query = update.get("callback_query")
+    if not isinstance(update.get("update_id"), int) or not isinstance(query, Mapping):
+        return None
+    sender = query.get("from") or {}
+    message = query.get("message")
+    if not isinstance(message, Mapping):
+        return None  # a press on an inline-mode message: no chat to answer in
+    chat = message.get("chat") or {}
+    chat_type = _CHAT_TYPES.get(str(chat.get("type")))
+    data = query.get("data")
+    if (
+        chat_type is None
+        or "id" not in chat
+        or not sender
+        or sender.get("is_bot")
+        or not isinstance(data, str)
+        or not data.startswith("/")
+        or "id" not in query
+    ):
+        return None
+    topic = message.get("message_thread_id") if message.get("is_topic_message") else None
+    return IncomingMessage(
+        platform=PLATFORM,
+        platform_user_id=str(sender["id"]),
+        platform_channel_id=str(chat["id"]),
+        text=data,
+        platform_thread_id=str(topic) if topic is not None else None,
+        user_display_name=_display_name(sender),
+        user_username=sender.get("username") or None,
+        chat_type=chat_type,
+        mentions_bot=True,
+        event_id=f"{bot.user_id}:press:{query['id']}",
         raw=update,
     )
 

@@ -14,7 +14,13 @@ from typing import Any
 # warn even inside PTB's own RetryAfter).
 os.environ.setdefault("PTB_TIMEDELTA", "true")
 
-from telegram import Bot, BotCommand, ReplyParameters
+from telegram import (
+    Bot,
+    BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    ReplyParameters,
+)
 from telegram.error import (
     BadRequest as PTBBadRequest,
 )
@@ -107,6 +113,7 @@ class PTBTransport:
         html: bool,
         thread_id: str | None = None,
         reply_to: str | None = None,
+        buttons: Sequence[tuple[str, str]] = (),
     ) -> str:
         reply = (
             ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
@@ -120,8 +127,13 @@ class PTBTransport:
                 parse_mode="HTML" if html else None,
                 message_thread_id=int(thread_id) if thread_id else None,
                 reply_parameters=reply,
+                reply_markup=_keyboard(buttons),
             )
         return str(sent.message_id)
+
+    async def answer_callback_query(self, query_id: str) -> None:
+        with self._translated():
+            await self.bot.answer_callback_query(query_id)
 
     async def send_chat_action(self, chat_id: str, thread_id: str | None = None) -> None:
         with self._translated():
@@ -171,3 +183,10 @@ class PTBTransport:
 def _seconds(exc: RetryAfter) -> float:
     value = exc.retry_after
     return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+def _keyboard(buttons: Sequence[tuple[str, str]]) -> InlineKeyboardMarkup | None:
+    if not buttons:
+        return None
+    row = [InlineKeyboardButton(label, callback_data=data) for label, data in buttons]
+    return InlineKeyboardMarkup([row])

@@ -88,8 +88,14 @@ class Transport(Protocol):
         html: bool,
         thread_id: str | None = None,
         reply_to: str | None = None,
+        buttons: Sequence[tuple[str, str]] = (),
     ) -> str:
-        """Send one message (parse_mode=HTML when `html`); returns its message_id."""
+        """Send one message (parse_mode=HTML when `html`); returns its message_id.
+        `buttons` (label, callback_data) become an inline keyboard, one row."""
+        ...
+
+    async def answer_callback_query(self, query_id: str) -> None:
+        """Acknowledge a button press (the client stops showing its spinner)."""
         ...
 
     async def send_chat_action(self, chat_id: str, thread_id: str | None = None) -> None: ...

@@ -13,7 +13,9 @@ callbacks and interaction webhooks, which carry their own token as on Discord):
 ``POST /channels/{id}/messages`` (2000-character and empty-message validation,
 ``message_reference`` with ``fail_if_not_exists``, ``allowed_mentions`` applied to work
 out who would be notified: `Posted.pings`), ``POST /channels/{id}/typing``;
-``PUT /applications/{app}/commands``; ``POST /interactions/{id}/{token}/callback``;
+``PUT /applications/{app}/commands``; ``POST /interactions/{id}/{token}/callback``
+(types 4, 5, and 6 for button presses made with `button_press`; message components
+checked: `Posted.components`);
 ``POST /webhooks/{app}/{token}`` and ``DELETE .../messages/@original``, with
 Discord's rule that the first follow-up after a deferral fills the deferred message
 and keeps the deferral's visibility; ``GET /attachments/...`` serves files added with
@@ -57,9 +59,11 @@ from tests.fakes.discord_payloads import (
     application_object,
     attachment_object,
     command_object,
+    component_interaction_object,
     error,
     gateway_bot_object,
     interaction_object,
+    invalid_components,
     invalid_content,
     json_response,
     message_object,
@@ -97,6 +101,8 @@ class Posted:
     loading: bool = False
     interaction_id: str | None = None
     deleted: bool = False
+    components: list[dict[str, Any]] | None = None
+    """Action rows of buttons under the message."""
 
 
 @dataclass
@@ -257,6 +263,20 @@ class FakeDiscord:
             guild=guild,
         )
 
+    def button_press(
+        self, posted: Posted, custom_id: str, *, user: Mapping[str, Any] = ALICE
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE `d`: `user` pressed the button `custom_id` under `posted`."""
+        interaction_id, token = self.snowflake(), "aW50ZXJhY3Rpb24" + secrets.token_urlsafe(48)
+        self.interactions[token] = Interaction(interaction_id, token, posted.channel_id)
+        return component_interaction_object(
+            interaction_id=interaction_id,
+            token=token,
+            custom_id=custom_id,
+            message=self._messages[posted.id],
+            user=user,
+        )
+
     async def dispatch(self, event: str, data: Mapping[str, Any]) -> None:
         """Send a DISPATCH to every identified gateway session."""
         await self.gateway.dispatch(event, data)
@@ -366,7 +386,7 @@ class FakeDiscord:
                 self.nonce_hits += 1
                 return json_response(self._messages[self._nonces[key]])
         content = str(body.get("content") or "")
-        if problem := invalid_content(content):
+        if problem := invalid_content(content) or invalid_components(body.get("components")):
             return problem
         reply_to: str | None = None
         if reference := body.get("message_reference"):
@@ -377,6 +397,8 @@ class FakeDiscord:
                 reply_to = None
         posted = self._post(channel_id, content, body.get("allowed_mentions"), reply_to)
         message = self._messages[posted.id]
+        if components := body.get("components"):
+            posted.components = message["components"] = components
         if nonce is not None:
             self._nonces[(channel_id, str(nonce))] = posted.id
         await self.dispatch("MESSAGE_CREATE", message)  # the bot sees its own messages
@@ -430,6 +452,9 @@ class FakeDiscord:
         ephemeral = bool(int(data.get("flags") or 0) & EPHEMERAL)
         if kind == 5:  # DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE: "<bot> is thinking…"
             original = self._post(interaction.channel_id, "", None, None, loading=True)
+        elif kind == 6:  # DEFERRED_UPDATE_MESSAGE: a component press, nothing shown
+            interaction.acknowledged = True
+            return json_response({"interaction": {"id": interaction.id, "type": 3}})
         elif kind == 4:  # CHANNEL_MESSAGE_WITH_SOURCE
             original = self._post(interaction.channel_id, str(data.get("content", "")), None, None)
         else:
@@ -455,7 +480,7 @@ class FakeDiscord:
             return error(404, 10015, "Unknown Webhook")
         body = await request.json()
         content = str(body.get("content") or "")
-        if problem := invalid_content(content):
+        if problem := invalid_content(content) or invalid_components(body.get("components")):
             return problem
         allowed = body.get("allowed_mentions")
         original = interaction.original
@@ -479,6 +504,9 @@ class FakeDiscord:
             message = self._messages[posted.id]
             if not ephemeral:
                 await self.dispatch("MESSAGE_CREATE", message)
+        if components := body.get("components"):
+            message["components"] = components
+            next(p for p in self.posted if p.id == message["id"]).components = components
         if request.query.get("wait") in ("1", "true", "True"):
             return json_response(message)
         return web.Response(status=204)

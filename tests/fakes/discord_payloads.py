@@ -203,6 +203,34 @@ def invalid_content(content: str) -> web.Response | None:
     return None
 
 
+def invalid_components(components: Any) -> web.Response | None:
+    """Discord's checks on message components: action rows (type 1) of at most five
+    buttons (type 2), each with a label of 1-80 characters and a custom_id of 1-100
+    characters, unique in the message, and a style of 1-4."""
+    if components is None:
+        return None
+    bad = error(400, 50035, "Invalid Form Body (components)")
+    if not isinstance(components, list) or len(components) > 5:
+        return bad
+    seen: set[str] = set()
+    for row in components:
+        buttons = row.get("components") if isinstance(row, dict) else None
+        if row.get("type") != 1 or not isinstance(buttons, list) or not 0 < len(buttons) <= 5:
+            return bad
+        for button in buttons:
+            custom_id = str(button.get("custom_id") or "")
+            if (
+                button.get("type") != 2
+                or button.get("style") not in (1, 2, 3, 4)
+                or not 0 < len(str(button.get("label") or "")) <= 80
+                or not 0 < len(custom_id) <= 100
+                or custom_id in seen
+            ):
+                return bad
+            seen.add(custom_id)
+    return None
+
+
 def json_response(
     body: Any, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> web.Response:
@@ -313,6 +341,29 @@ def interaction_object(
         payload["channel"]["guild_id"] = GUILD_ID
     else:
         payload["user"] = dict(user)
+    return payload
+
+
+def component_interaction_object(
+    *,
+    interaction_id: str,
+    token: str,
+    custom_id: str,
+    message: Mapping[str, Any],
+    user: Mapping[str, Any],
+) -> dict[str, Any]:
+    """An INTERACTION_CREATE `d` for a press on a button (type 3, MESSAGE_COMPONENT)
+    under `message`."""
+    guild = "guild_id" in message
+    payload = interaction_object(
+        interaction_id=interaction_id,
+        token=token,
+        data={"custom_id": custom_id, "component_type": 2},
+        channel_id=str(message["channel_id"]),
+        user=user,
+        guild=guild,
+    )
+    payload.update(type=3, message=dict(message))
     return payload
 
 

@@ -7,7 +7,8 @@ It speaks the wire protocol:
   "error": ...}`` (``not_authed``, ``invalid_auth``, ``channel_not_found``, ...), and
   HTTP 429 with ``Retry-After`` when scripted. Methods: ``auth.test``,
   ``chat.postMessage``, ``chat.update``, ``conversations.history``,
-  ``conversations.replies`` (the bot's own messages), ``files.info``,
+  ``conversations.replies`` (the bot's own messages), ``files.info`` (``blocks``
+  checked as Block Kit does for sections and buttons: `slack_blocks`),
   ``assistant.threads.setStatus``, ``apps.connections.open`` (app-level token);
 - private file downloads (``url_private_download``), which, like Slack, answer a
   request without the bot token with an HTML sign-in page and status 200;
@@ -43,6 +44,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import WSMsgType, web
+
+from tests.fakes.slack_blocks import blocks_problem
 
 BOT_TOKEN = "xoxb-1111-2222-testtoken0123"
 APP_TOKEN = "xapp-1-A0001-3333-testtoken4567"
@@ -102,6 +105,8 @@ class FakeSlack:
     downloads: list[tuple[str, bool]] = field(default_factory=list)
     """(file id, whether the bot token came with the request)."""
     unknown_channels: set[str] = field(default_factory=set)
+    block_problems: list[str] = field(default_factory=list)
+    """Why chat.postMessage answered `invalid_blocks`."""
     files: dict[str, StoredFile] = field(default_factory=dict)
     _failures: list[Failure] = field(default_factory=list)
     _runner: web.AppRunner | None = None
@@ -344,6 +349,10 @@ class FakeSlack:
             return _error(call, "no_text")
         if len(str(text)) > MAX_TEXT:
             return _error(call, "msg_too_long")
+        blocks = call.args.get("blocks")
+        if blocks is not None and (problem := blocks_problem(blocks)):
+            self.block_problems.append(problem)
+            return _error(call, "invalid_blocks")
         ts = f"{int(time.time())}.{next(self._ts):06d}"
         message = {
             "channel": channel,
@@ -351,6 +360,7 @@ class FakeSlack:
             "thread_ts": call.args.get("thread_ts"),
             "ts": ts,
             "mrkdwn": call.args.get("mrkdwn"),
+            "blocks": blocks,
         }
         self.messages.append(message)
         body = {"type": "message", "user": self.bot_user_id, "bot_id": self.bot_id}

@@ -9,7 +9,8 @@ is 401 and an unknown method 404. Implemented: getMe, getUpdates (long polling; 
 update is forgotten once getUpdates is called with a higher offset; 409 while a webhook
 is set), setWebhook (https URLs only, as Telegram) / deleteWebhook, sendMessage and
 editMessageText (parse_mode=HTML checked with `telegram_html.parse_html`, 4096-character
-limit), sendChatAction, setMyCommands (names and descriptions checked), getFile and the
+limit, an inline keyboard `reply_markup` checked), answerCallbackQuery, sendChatAction,
+setMyCommands (names and descriptions checked), getFile and the
 file download at ``/file/bot<token>/<file_path>`` (20 MB cloud limit).
 
 Tests push updates with `push_update` and read `calls` (every request, with its
@@ -50,6 +51,7 @@ from tests.fakes.telegram_wire import (
     canonical,
     error_response,
     flood,
+    inline_keyboard,
     read_params,
     server_error,
 )
@@ -395,10 +397,19 @@ class FakeTelegram:
         if chat_id is None:
             raise Refused(bad_request("chat not found"))
         visible = self._visible(params, call)
+        keyboard = inline_keyboard(params.get("reply_markup"))
         message_id = next(self._next_message)
         with self._lock:
             self._messages[(str(chat_id), message_id)] = visible
-        return self._message(chat_id, message_id, visible, params.get("message_thread_id"))
+        sent = self._message(chat_id, message_id, visible, params.get("message_thread_id"))
+        if keyboard:
+            sent["reply_markup"] = {"inline_keyboard": keyboard}
+        return sent
+
+    async def _m_answercallbackquery(self, params: dict[str, Any], call: Call) -> Any:
+        if not params.get("callback_query_id"):
+            raise Refused(bad_request("query is too old and response timeout expired"))
+        return True
 
     async def _m_editmessagetext(self, params: dict[str, Any], call: Call) -> Any:
         chat_id, message_id = params.get("chat_id"), params.get("message_id")

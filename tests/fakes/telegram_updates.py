@@ -78,6 +78,42 @@ def group(
     return message(text, chat_id=chat_id, entities=entities, **extra)
 
 
+def press(
+    command: str,
+    *,
+    user: dict[str, Any] | None = None,
+    chat_id: int = GROUP_ID,
+    message_id: int = 1,
+    topic: int | None = None,
+    query_id: str = "4382bfdwdsb323b2d9",
+) -> dict[str, Any]:
+    """`{"callback_query": {...}}`: `user` pressed a button (callback_data `command`)
+    under the bot's message `message_id` in `chat_id`."""
+    chat: dict[str, Any] = (
+        {"id": chat_id, "type": "supergroup", "title": "Platform team"}
+        if chat_id < 0
+        else {"id": chat_id, "type": "private", "first_name": "Rosa"}
+    )
+    message: dict[str, Any] = {
+        "message_id": message_id,
+        "from": BOT_USER,
+        "chat": chat,
+        "date": 1716906950,
+        "text": "Schedule it? Confirm with /confirm K7Q2MX",
+    }
+    if topic is not None:
+        message.update(message_thread_id=topic, is_topic_message=True)
+    return {
+        "callback_query": {
+            "id": query_id,
+            "from": user or person(),
+            "message": message,
+            "chat_instance": "-4011730093711950432",
+            "data": command,
+        }
+    }
+
+
 def message_id(update: dict[str, Any]) -> int:
     return int(update["message"]["message_id"])
 

@@ -102,7 +102,7 @@ _CANONICAL = {
     name.lower(): name
     for name in (
         "getMe", "getUpdates", "setWebhook", "deleteWebhook", "setMyCommands", "sendMessage",
-        "sendChatAction", "editMessageText", "getFile",
+        "sendChatAction", "editMessageText", "getFile", "answerCallbackQuery",
     )
 }  # fmt: skip
 
@@ -131,3 +131,21 @@ def _decode(name: str, value: Any) -> Any:
         return json.loads(value)
     except ValueError:
         return value
+
+
+def inline_keyboard(markup: Any) -> list[list[dict[str, Any]]] | None:
+    """The `inline_keyboard` of a `reply_markup`, checked as Telegram does (each
+    button has a text and 1-64 bytes of callback_data); raises `Refused`."""
+    if markup is None:
+        return None
+    rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise Refused(bad_request("can't parse reply keyboard markup JSON object"))
+    for row in rows:
+        for button in row:
+            if not isinstance(button, dict) or not str(button.get("text") or "").strip():
+                raise Refused(bad_request("BUTTON_TEXT_EMPTY"))
+            data = button.get("callback_data")
+            if not isinstance(data, str) or not 1 <= len(data.encode()) <= 64:
+                raise Refused(bad_request("BUTTON_DATA_INVALID"))
+    return rows

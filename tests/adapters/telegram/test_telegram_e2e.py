@@ -260,6 +260,7 @@ async def test_edited_messages_only_when_configured(rig, library, fake_anthropic
     assert rig.telegram.calls_to("getUpdates")[0].params["allowed_updates"] == [
         "message",
         "edited_message",
+        "callback_query",
     ]
 
     await rig.close()

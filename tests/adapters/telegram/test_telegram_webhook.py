@@ -43,7 +43,7 @@ async def test_webhook_mode_sets_the_webhook_and_answers(rig, library, fake_anth
     [set_webhook] = rig.telegram.calls_to("setWebhook")
     assert set_webhook.params["url"] == PUBLIC_URL
     assert set_webhook.params["secret_token"] == WEBHOOK_SECRET
-    assert set_webhook.params["allowed_updates"] == ["message", "edited_message"]
+    assert set_webhook.params["allowed_updates"] == ["message", "edited_message", "callback_query"]
     assert rig.telegram.commands is not None
 
     fake_anthropic.script(text_reply("Hi from the webhook."))
