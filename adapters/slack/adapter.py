@@ -81,6 +81,7 @@ from adapters.slack.requests import (
     COMMANDS_PATH,
     EVENTS_PATH,
     INTERACTIVITY_PATH,
+    rejected,
     shape_problem,
     signature_ok,
 )
@@ -304,9 +305,9 @@ class SlackAdapter:
             return web.json_response({"error": "not ready"}, status=503)
         body = await request.read()
         if self._verifier is None or not signature_ok(self._verifier, body, request.headers):
-            return _rejected(request, 401, "bad or missing signature")
+            return rejected(request, 401, "bad or missing signature")
         if problem := shape_problem(request.path, body):
-            return _rejected(request, 400, problem)
+            return rejected(request, 400, problem)
         retry = request.headers.get("X-Slack-Retry-Num")
         if retry:
             reason = request.headers.get("X-Slack-Retry-Reason", "")
@@ -495,14 +496,3 @@ def _secret(secrets: Secrets, field: str, env: str, prefix: str, what: str) -> s
     if prefix and not text.startswith(prefix):
         raise ConfigError(f"{env} does not look like {what} (it should start with {prefix}…)")
     return text
-
-
-def _rejected(request: web.Request, status: int, reason: str) -> web.Response:
-    log.warning(
-        "slack.rejected path=%s status=%d reason=%s remote=%s",
-        request.path,
-        status,
-        reason,
-        request.remote,
-    )
-    return web.json_response({"error": reason}, status=status)

@@ -6,11 +6,15 @@ like), so bolt only ever dispatches requests it can read."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
+from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
+
+log = logging.getLogger("switchboard.slack")
 
 EVENTS_PATH = "/slack/events"
 COMMANDS_PATH = "/slack/commands"
@@ -69,3 +73,15 @@ def _event_problem(envelope: dict[str, Any] | None) -> str | None:
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
             return "event_callback without an event"
     return None
+
+
+def rejected(request: web.Request, status: int, reason: str) -> web.Response:
+    """Answer a request we won't dispatch, with one WARNING (never the body)."""
+    log.warning(
+        "slack.rejected path=%s status=%d reason=%s remote=%s",
+        request.path,
+        status,
+        reason,
+        request.remote,
+    )
+    return web.json_response({"error": reason}, status=status)
