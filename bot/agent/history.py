@@ -80,6 +80,10 @@ class Viewer:
     where: str = ""
     """The conversation key, for the guard's log."""
     private_tools: frozenset[str] = PRIVATE_TOOLS
+    trusted_tools: frozenset[str] = frozenset()
+    """Tools whose results are our own text: left unmarked, as the run saw them
+    (the executor marks the others as they come in, so the prefix stays
+    byte-identical from turn to turn and the prompt cache keeps hitting)."""
 
 
 def build_history(
@@ -98,7 +102,7 @@ def build_history(
             messages, policy.budget_tokens - policy.fixed_tokens, protect_head=2 if summary else 1
         )
     if viewer is not None:
-        messages = mark_results(messages, _tool_names(kept))
+        messages = mark_results(messages, _tool_names(kept), viewer.trusted_tools)
     return repair(messages)
 
 
@@ -135,13 +139,20 @@ def viewed_messages(rows: Sequence[HistoryRow], viewer: Viewer) -> list[ChatMess
     return mark_results(group_rows(seen_by(rows, viewer)), _tool_names(rows))
 
 
-def mark_results(messages: Sequence[ChatMessage], names: dict[str, str]) -> list[ChatMessage]:
+def mark_results(
+    messages: Sequence[ChatMessage],
+    names: dict[str, str],
+    trusted: frozenset[str] = frozenset(),
+) -> list[ChatMessage]:
     """Every tool result marked as data (after pruning, so trimming never cuts a
-    marker); the history's own notes and placeholders are left as they are."""
+    marker), except those of `trusted` tools; the history's own notes and
+    placeholders are left as they are."""
     marked: list[ChatMessage] = []
     for message in messages:
         content = tuple(
-            _marked(b, names.get(b.tool_use_id, "tool")) if isinstance(b, ToolResultBlock) else b
+            _marked(b, names.get(b.tool_use_id, "tool"))
+            if isinstance(b, ToolResultBlock) and names.get(b.tool_use_id) not in trusted
+            else b
             for b in message.content
         )
         marked.append(ChatMessage(message.role, content))

@@ -37,6 +37,7 @@ from bot.pipeline.services import Services
 from bot.pipeline.trust import initial_taint, joined, prompts
 from bot.pipeline.turns import TurnRecord, TurnSaved
 from bot.ports import ToolContext
+from bot.tools.actions import output_trusted
 from bot.tools.registry import tool_spec
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind, Role
 
@@ -232,7 +233,13 @@ class Runner:
         )
         fixed = prompt_tokens(prompt.blocks, (), tuple(tool_spec(t) for t in tools))
         every_tool = s.tools.available(Role.OWNER, None)
-        viewer = Viewer(user.id, s.guard, conversation.key, private_tools(every_tool))
+        viewer = Viewer(
+            user.id,
+            s.guard,
+            conversation.key,
+            private_tools(every_tool),
+            frozenset(t.name for t in every_tool if output_trusted(t)),
+        )
         policy = HistoryPolicy(
             turns=llm.history_turns,
             step=agent.history_step,
