@@ -194,17 +194,18 @@ def _private_sqlite_file(database: str | None) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, SQLITE_FILE_MODE)
     except FileExistsError:
         pass
-    except OSError as exc:
-        raise StartupError(f"cannot create the database file {path}: {exc.strerror}") from exc
+    except OSError:
+        return  # SQLite cannot open it either, and `bot.store.diagnose` says why
     else:
         os.close(fd)
     wide: list[str] = []
     for file in (path, *(Path(f"{path}{suffix}") for suffix in SQLITE_SIDE_FILES)):
         try:
-            mode = stat.S_IMODE(file.stat().st_mode)
+            status = file.stat()
         except OSError:
             continue
-        if mode & 0o077:
+        mode = stat.S_IMODE(status.st_mode)
+        if stat.S_ISREG(status.st_mode) and mode & 0o077:
             wide.append(f"{file.name}:{mode:04o}")
     if wide:
         log.warning(

@@ -116,6 +116,7 @@ async def test_a_sqlite_url_naming_a_directory_or_another_kind_of_file(tmp_path:
     )
     notes = tmp_path / "notes.txt"
     notes.write_text("shopping list\n" * 100)
+    notes.chmod(0o600)  # the one line is about what it is, not about its mode
     line = the_line(*await run(tmp_path, f"sqlite+aiosqlite:///{notes}"))
     assert line == (
         f"switchboard: {notes} is not a SQLite database. Check [database] url "
@@ -145,6 +146,7 @@ async def test_a_database_migrated_by_a_newer_version(tmp_path: Path):
     with sqlite3.connect(tmp_path / "db.sqlite") as conn:
         conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
         conn.execute("INSERT INTO alembic_version VALUES ('from_the_future')")
+    (tmp_path / "db.sqlite").chmod(0o600)  # as switchboard creates it (no mode warning)
     line = the_line(*await run(tmp_path))
     assert line.endswith(
         "is at schema revision 'from_the_future', which this version of switchboard does not "
