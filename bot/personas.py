@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import select
 
 from bot.errors import ConfigError
@@ -168,8 +169,23 @@ class PersonaBook:
 
 
 async def sync_personas(store: Store, directory: Path) -> PersonaBook:
-    """Load persona files, upsert them into the DB, deactivate removed ones."""
+    """Load persona files, upsert them into the DB, deactivate removed ones.
+    Instances starting together race to insert the same rows: the loser of the
+    unique constraint reads them again and finds nothing left to do."""
     loaded = load_persona_dir(directory)
+    for attempt in range(3):
+        try:
+            await _upsert(store, loaded)
+            break
+        except IntegrityError:
+            if attempt == 2:
+                raise
+            log.info("personas.sync_raced: another instance wrote them first; again")
+    log.info("personas.synced count=%d dir=%s", len(loaded), directory)
+    return PersonaBook(record for record, _ in loaded)
+
+
+async def _upsert(store: Store, loaded: list[tuple[PersonaRecord, Path]]) -> None:
     async with store.write() as session:
         existing = {p.name: p for p in (await session.exec(select(Persona))).all()}
         for record, path in loaded:
@@ -194,8 +210,6 @@ async def sync_personas(store: Store, directory: Path) -> PersonaBook:
                 gone.is_default = False
                 session.add(gone)
                 log.info("persona.deactivated name=%s (file removed)", gone.name)
-    log.info("personas.synced count=%d dir=%s", len(loaded), directory)
-    return PersonaBook(record for record, _ in loaded)
 
 
 def _digest(record: PersonaRecord) -> str:
