@@ -121,6 +121,11 @@ class DiscordAdapter:
             raise ConfigError("DISCORD_BOT_TOKEN was rejected by Discord's gateway (4004)")
         raise StartupError(f"cannot connect to Discord's gateway: {_describe(error)}")
 
+    async def ready(self) -> bool:
+        """The gateway session is up (READY received, not closed)."""
+        client = self._client
+        return client is not None and client.is_ready() and not client.is_closed()
+
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
