@@ -38,6 +38,7 @@ OTHER = "other"
 _TOKEN = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
+WAKEUP_OUTCOMES = ("answered", "silent", "refused", "failed", "delivery_failed", "missed")
 
 
 def label(value: object, allowed: Collection[str] | None = None) -> str:
@@ -113,8 +114,10 @@ class Metrics:
             "Age of the oldest unfinished inbox message (0 when none)",
             registry=r,
         )
-        for kind in TOKEN_KINDS:  # every kind shows, also before the first call
+        for kind in TOKEN_KINDS:  # every series shows at 0 before its first count
             self.llm_tokens.labels(kind)
+        for outcome in WAKEUP_OUTCOMES:
+            self.wakeups.labels(outcome)
         self._backlog: InboxBacklog | None = None
         self._cache_seconds = cache_seconds
         self._timeout = timeout
@@ -122,6 +125,17 @@ class Metrics:
         self._pending: asyncio.Future[tuple[int, datetime | None]] | None = None
 
     # -- counting -------------------------------------------------------------
+
+    def serve_platform(self, platform: str) -> None:
+        """A platform's series show (at 0) from its start on."""
+        name = label(platform)
+        for counter in (
+            self.messages_received,
+            self.replies_sent,
+            self.replies_suppressed,
+            self.delivery_failures,
+        ):
+            counter.labels(name)
 
     def message_received(self, platform: str) -> None:
         self.messages_received.labels(label(platform)).inc()

@@ -283,6 +283,7 @@ class App:
                 self.web.add_routes(adapter.routes())
         await self.web.start()
         for adapter in created:
+            self.metrics.serve_platform(adapter.platform)
             self.pipeline.attach(adapter)
             await adapter.start(self.pipeline)
             self.adapters.append(adapter)
@@ -310,6 +311,7 @@ class App:
         return ready, {"database": database, "adapters": adapters}
 
     def attach(self, adapter: Adapter) -> None:
+        self.metrics.serve_platform(adapter.platform)
         self.pipeline.attach(adapter)
         self.adapters.append(adapter)
 
