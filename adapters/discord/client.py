@@ -133,6 +133,9 @@ class SwitchboardClient(discord.Client):
     async def on_connect(self) -> None:
         self.connected.set()
 
+    async def on_disconnect(self) -> None:
+        self.connected.clear()  # until discord.py has connected again
+
     async def on_socket_raw_receive(self, raw: str | bytes) -> None:
         if isinstance(raw, bytes):
             return
