@@ -225,6 +225,27 @@ class Adapter(Protocol):
     async def show_typing(self, target: Target) -> None: ...
 
 
+@runtime_checkable
+class Ready(Protocol):
+    """Optional for an `Adapter` (`GET /readyz`): whether it is connected to its
+    platform now (polling works or the webhook is set, the socket or gateway is
+    up). An adapter without it counts as ready once started."""
+
+    async def ready(self) -> bool: ...
+
+
+async def is_ready(adapter: object) -> bool:
+    """`adapter.ready()` when it has one, else True; a failing check is False."""
+    check = getattr(adapter, "ready", None)
+    if check is None:
+        return True
+    try:
+        return bool(await check())
+    except Exception as exc:
+        log.warning("adapter.ready_failed: %s", type(exc).__name__)
+        return False
+
+
 async def hand_over(
     core: Core,
     msg: IncomingMessage,

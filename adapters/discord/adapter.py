@@ -143,6 +143,12 @@ class DiscordAdapter:
             raise StartupError("Discord's gateway rejected the bot token (4004)", _TOKEN_HINT)
         raise StartupError(f"cannot connect to Discord's gateway: {_describe(error)}")
 
+    async def ready(self) -> bool:
+        """The gateway is connected (not closed, not between reconnects).
+        (`client.is_ready()` lags READY by discord.py's guild wait, 2 s.)"""
+        client = self._client
+        return client is not None and client.connected.is_set() and not client.is_closed()
+
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()

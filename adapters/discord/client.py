@@ -144,6 +144,9 @@ class SwitchboardClient(discord.Client):
         if interaction.type == discord.InteractionType.component:
             await self._on_press(interaction)
 
+    async def on_disconnect(self) -> None:
+        self.connected.clear()  # until discord.py has connected again
+
     async def on_socket_raw_receive(self, raw: str | bytes) -> None:
         if isinstance(raw, bytes):
             return

@@ -258,6 +258,18 @@ class SlackAdapter:
         self._socket = handler
         await asyncio.wait_for(handler.connect_async(), CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
 
+    async def ready(self) -> bool:
+        """HTTP mode: started. Socket Mode: the WebSocket connected, or standing
+        by while another instance holds it."""
+        if self._core is None:
+            return False
+        if self.settings.mode != "socket":
+            return True
+        if self._socket is None:
+            return self._leader is not None and not self._leader.held
+        connected: bool = await self._socket.client.is_connected()
+        return connected
+
     async def stop(self) -> None:
         if self._socket_keeper is not None:
             self._socket_keeper.cancel()

@@ -91,6 +91,8 @@ class TelegramAdapter:
         self._confirmed: int | None = None
         """The offset Telegram last received (updates below it are forgotten there)."""
         self._stopping = False
+        self._poll_failing = False
+        """The last getUpdates failed (`ready`)."""
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -115,6 +117,15 @@ class TelegramAdapter:
             self.transport.library,
             self.settings.mode,
         )
+
+    async def ready(self) -> bool:
+        """Started (getMe done, webhook set or deleted) and, when polling, the
+        poller alive with its last getUpdates answered."""
+        if self._core is None or self.identity is None:
+            return False
+        if self.settings.mode == "webhook":
+            return True
+        return self._poller is not None and not self._poller.done() and not self._poll_failing
 
     async def stop(self) -> None:
         self._stopping = True
@@ -217,7 +228,12 @@ class TelegramAdapter:
         failures = 0
         while True:
             try:
-                updates = await self.transport.get_updates(self._offset, self._poll_timeout)
+                try:
+                    updates = await self.transport.get_updates(self._offset, self._poll_timeout)
+                except Exception:
+                    self._poll_failing = True
+                    raise
+                self._poll_failing = False
                 self._confirmed = self._offset
                 if await self._take_all(updates):
                     failures = 0

@@ -16,12 +16,16 @@ from bot.agent.traces import Span, Timer
 from bot.agent.untrusted import screen_tool_result
 from bot.errors import ToolFailed
 from bot.llm.types import ToolResultBlock, ToolUseBlock
+from bot.metrics import Metrics
 from bot.ports import Tool, ToolContext
 from bot.tools.actions import PendingActions, output_trusted
 from bot.tools.errors import ErrorChannel, summarize
 from bot.tools.results import ResultStore
 
 log = logging.getLogger("switchboard.tools")
+
+NOT_AVAILABLE = "not available"
+HELD = "held for confirmation"
 
 OnDone = Callable[[ToolUseBlock, ToolResultBlock, Span], None]
 OnRetry = Callable[[ToolUseBlock, int, str], None]
@@ -37,6 +41,7 @@ class ToolExecutor:
         results: ResultStore | None = None,
         actions: PendingActions | None = None,
         guard: Guard | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._errors = errors
         self._timeout = timeout
@@ -44,6 +49,7 @@ class ToolExecutor:
         self._results = results
         self._actions = actions
         self._guard = guard
+        self._metrics = metrics
 
     async def run_all(
         self,
@@ -71,6 +77,8 @@ class ToolExecutor:
         span = Span(
             "tool", call.name, timer.started_at, timer.ms, is_error=result.is_error, detail=error
         )
+        if self._metrics is not None:
+            self._metrics.tool_called(call.name, tools.keys(), _outcome(result, error))
         if on_done is not None:
             on_done(call, result, span)
         return result
@@ -85,10 +93,10 @@ class ToolExecutor:
         tool = tools.get(call.name)
         if tool is None:
             text = f"Tool '{call.name}' is not available in this conversation."
-            return ToolResultBlock(call.id, text, True), "not available"
+            return ToolResultBlock(call.id, text, True), NOT_AVAILABLE
         if self._actions is not None and self._actions.needs_confirmation(tool, ctx):
             held = await self._actions.hold(tool, call.input, ctx)
-            return ToolResultBlock(call.id, held), "held for confirmation"
+            return ToolResultBlock(call.id, held), HELD
         last_exc: BaseException | None = None
         for attempt in range(1, self._attempts + 1):
             try:
@@ -117,3 +125,12 @@ class ToolExecutor:
         assert last_exc is not None
         message = await self._errors.report(call.name, call.input, last_exc, ctx)
         return ToolResultBlock(call.id, message, True), summarize(last_exc)
+
+
+def _outcome(result: ToolResultBlock, error: str | None) -> str:
+    """ok | error | held (for confirmation) | unavailable (no such tool here)."""
+    if error == NOT_AVAILABLE:
+        return "unavailable"
+    if error == HELD:
+        return "held"
+    return "error" if result.is_error else "ok"

@@ -29,6 +29,7 @@ from bot.agent.executor import ToolExecutor
 from bot.agent.flush import MemoryFlush
 from bot.agent.guard import Guard
 from bot.agent.loop import AgentLoop
+from bot.app.counted import CountedProvider
 from bot.app.health import DatabaseHealth
 from bot.app.wiring import build_extras
 from bot.commands.actions import action_commands
@@ -37,6 +38,7 @@ from bot.commands.registry import Commands, CommandSpec
 from bot.config import Secrets, Settings
 from bot.conversations import Conversations
 from bot.errors import ConfigError, StartupError
+from bot.metrics import Metrics
 from bot.personas import sync_personas
 from bot.pipeline.compactor import Compactor
 from bot.pipeline.control import RunControl, stop_command
@@ -46,7 +48,7 @@ from bot.pipeline.outbox import Outbox
 from bot.pipeline.persist import Spool, TurnWriter
 from bot.pipeline.recovery import Housekeeper
 from bot.pipeline.services import Services
-from bot.ports import Adapter, Provider, Tool, WebHooks
+from bot.ports import Adapter, Provider, Tool, WebHooks, is_ready
 from bot.scheduling.scheduler import Scheduler
 from bot.scheduling.wakeups import Clock
 from bot.store import Store
@@ -100,6 +102,10 @@ class App:
     scheduler: Scheduler = field(init=False)
     adapters: list[Adapter] = field(default_factory=list, init=False)
     web: WebServer | None = field(default=None, init=False)
+    metrics: Metrics = field(default_factory=Metrics, init=False)
+    """What `GET /metrics` serves; counted by the pipeline, tools, LLM calls, wakeups."""
+    _expected: list[str] = field(default_factory=list, init=False)
+    """Platforms being started: not ready until their adapter runs."""
 
     async def open(self) -> Pipeline:
         if self.provider is None:
@@ -117,6 +123,10 @@ class App:
         self._database_health = DatabaseHealth(
             self.store.ping, timeout=HEALTH_TIMEOUT_S, grace=HEALTH_GRACE_S
         )
+        self._database_ready = DatabaseHealth(  # /readyz: our tables answer too
+            self.store.ping_tables, timeout=HEALTH_TIMEOUT_S, grace=HEALTH_GRACE_S
+        )
+        provider = CountedProvider(self.provider, self.metrics, self.settings.llm.prices)
         personas = await sync_personas(self.store, self.settings.personas.dir)
         errors = ErrorChannel(self.store)
         agent, llm, durable = self.settings.agent, self.settings.llm, self.settings.inbox
@@ -128,6 +138,7 @@ class App:
         leases = Leases(self.store, self.instance, durable.lease_seconds)
         coordination = Coordination(self.store, leases, self.settings.database.schema_name)
         inbox = Inbox(self.store, self.instance, durable.lease_seconds)
+        self.metrics.watch_inbox(inbox.backlog)
         outbox = Outbox(self.store, self.instance, durable.lease_seconds)
         spool = Spool(spool_path(self.settings))
         writer = TurnWriter(
@@ -147,6 +158,7 @@ class App:
             self.clock,
             self.instance,
             leases,
+            self.metrics,
         )
         self.scheduler = extras.scheduler
         tools = ToolRegistry(
@@ -177,9 +189,10 @@ class App:
             results=results,
             actions=actions,
             guard=guard,
+            metrics=self.metrics,
         )
         summarizer = Summarizer(
-            self.provider,
+            provider,
             self.settings.llm.fast_model,
             max_tokens=agent.summary_max_tokens,
             timeout=agent.summary_timeout_seconds,
@@ -187,7 +200,7 @@ class App:
         flush = None
         if agent.memory and agent.memory_flush:
             flush = MemoryFlush(
-                AgentLoop(self.provider, executor),  # internal: no events
+                AgentLoop(provider, executor),  # internal: no events
                 [t for t in memory if t.name != "memory_get"],
                 messages=agent.memory_flush_messages,
                 iterations=agent.memory_flush_iterations,
@@ -203,7 +216,7 @@ class App:
                 conversations=conversations,
                 commands=commands,
                 tools=tools,
-                agent=AgentLoop(self.provider, executor, summarizer=summarizer, bus=bus),
+                agent=AgentLoop(provider, executor, summarizer=summarizer, bus=bus),
                 inbox=inbox,
                 outbox=outbox,
                 writer=writer,
@@ -217,6 +230,7 @@ class App:
                     self.store, conversations, summarizer, flush, budgets, self.settings, leases
                 ),
                 actions=actions,
+                metrics=self.metrics,
             )
         )
         self.housekeeper = Housekeeper(
@@ -254,16 +268,24 @@ class App:
         await self.start([load_adapter(name, self.settings, self.secrets) for name in platforms])
 
     async def start(self, created: Sequence[Adapter]) -> None:
-        """Serve the adapters' HTTP routes (and /healthz), then start them."""
+        """Serve the adapters' HTTP routes (and /healthz, /readyz, /metrics),
+        then start them."""
         server = self.settings.server
+        self._expected = [adapter.platform for adapter in created]
         self.web = WebServer(
-            server.host, server.port, self._health, max_body_bytes=server.max_body_bytes
+            server.host,
+            server.port,
+            self._health,
+            max_body_bytes=server.max_body_bytes,
+            readiness=self._readiness,
+            metrics=self.metrics if server.metrics else None,
         )
         for adapter in created:
             if isinstance(adapter, WebHooks):
                 self.web.add_routes(adapter.routes())
         await self.web.start()
         for adapter in created:
+            self.metrics.serve_platform(adapter.platform)
             self.pipeline.attach(adapter)
             await adapter.start(self.pipeline)
             self.adapters.append(adapter)
@@ -273,7 +295,25 @@ class App:
         database = await self._database_health.check()
         return {"database": database, "adapters": [a.platform for a in self.adapters]}
 
+    async def _readiness(self) -> tuple[bool, dict[str, object]]:
+        """Ready: the database answers and every adapter is connected."""
+        try:
+            database = await self._database_ready.check()
+        except Exception as exc:
+            database = f"not answering ({type(exc).__name__})"
+        running = {adapter.platform: adapter for adapter in self.adapters}
+        adapters: dict[str, str] = {}
+        for platform in dict.fromkeys([*self._expected, *running]):
+            adapter = running.get(platform)
+            if adapter is None:
+                adapters[platform] = "starting"
+            else:
+                adapters[platform] = "ok" if await is_ready(adapter) else "not connected"
+        ready = database in ("ok", "busy") and all(v == "ok" for v in adapters.values())
+        return ready, {"database": database, "adapters": adapters}
+
     def attach(self, adapter: Adapter) -> None:
+        self.metrics.serve_platform(adapter.platform)
         self.pipeline.attach(adapter)
         self.adapters.append(adapter)
 

@@ -16,6 +16,7 @@ from bot.commands.admin import AdminServices, admin_commands
 from bot.commands.registry import CommandSpec
 from bot.config import Settings
 from bot.conversations import Conversations
+from bot.metrics import Metrics
 from bot.personas import PersonaBook
 from bot.ports import Tool
 from bot.scheduling.heartbeat import Heartbeats
@@ -47,6 +48,7 @@ def build_extras(
     clock: Clock = utcnow,
     instance: str = "",
     leases: Leases | None = None,
+    metrics: Metrics | None = None,
 ) -> Extras:
     directory = Directory(store, identity)
     ops = AdminOps(budgets, directory, UsageBook(store), audit)
@@ -55,7 +57,7 @@ def build_extras(
     scheduler = Scheduler(
         config,
         jobs,
-        Wakeups(config, store, jobs, directory, conversations, clock),
+        Wakeups(config, store, jobs, directory, conversations, clock, metrics),
         Heartbeats(
             store,
             personas,

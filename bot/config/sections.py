@@ -245,6 +245,8 @@ class ServerSettings(Section):
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Request bodies over this get 413 (no platform sends webhooks that large)."""
+    metrics: bool = True
+    """Serve Prometheus metrics at GET /metrics (false: 404)."""
 
 
 class ConsoleSettings(Section):

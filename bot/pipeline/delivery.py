@@ -10,6 +10,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 
+from bot.metrics import Metrics
 from bot.pipeline.intake import Inbox
 from bot.pipeline.outbox import Outbox, OutboxProgress, Outgoing
 from bot.ports import Adapter, FileFetcher
@@ -23,8 +24,11 @@ TYPING_INTERVAL_S = 4.0
 
 
 class Delivery:
-    def __init__(self, store: Store, inbox: Inbox, outbox: Outbox) -> None:
+    def __init__(
+        self, store: Store, inbox: Inbox, outbox: Outbox, metrics: Metrics | None = None
+    ) -> None:
         self._store = store
+        self._metrics = metrics or Metrics()
         self.inbox = inbox
         self.outbox = outbox
         self._adapters: dict[str, Adapter] = {}
@@ -75,10 +79,11 @@ class Delivery:
             if adapter is None:
                 raise LookupError(f"no adapter running for platform {reply.target.platform!r}")
             await adapter.send(reply)
-            return True
         except Exception as exc:
             await self.record_failure(reply, exc)
             return False
+        self._metrics.reply_sent(reply.target.platform)
+        return True
 
     async def send(self, reply: Reply) -> bool:
         """Store the reply in the outbox, then deliver it."""
@@ -101,6 +106,7 @@ class Delivery:
             await self.record_failure(reply, exc)
             await self._finish(item.id, "failed", progress.parts, f"{type(exc).__name__}: {exc}")
             return False
+        self._metrics.reply_sent(reply.target.platform)
         await self._finish(item.id, "sent", progress.parts)
         return True
 
@@ -123,6 +129,7 @@ class Delivery:
         """Log and store a reply that could not be delivered (`delivery_failures`)."""
         target = reply.target
         reason = f"{type(error).__name__}: {error}"
+        self._metrics.delivery_failed(target.platform)
         log.error(
             "delivery.failed platform=%s channel=%s thread=%s reason=%s",
             target.platform,

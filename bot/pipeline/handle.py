@@ -55,7 +55,9 @@ class Pipeline:
         self.s = services
         self.events = services.bus
         """Run events for subscribers (`bot.agent.events`)."""
-        self._delivery = Delivery(services.store, services.inbox, services.outbox)
+        self._delivery = Delivery(
+            services.store, services.inbox, services.outbox, services.metrics
+        )
         self._runner = Runner(services, self._delivery.conclude, self._adopt_notified)
         self._active: set[asyncio.Task[object]] = set()
         self._resuming: set[asyncio.Task[None]] = set()
@@ -119,8 +121,10 @@ class Pipeline:
                 return Outcome("ignored")
             msg = with_event_id(msg)
             # A wakeup's durable record is its job's claimed fire, not the inbox.
-            if msg.source == "user" and not await self.s.inbox.accept(msg, deliver=deliver):
-                return Outcome("duplicate")
+            if msg.source == "user":
+                if not await self.s.inbox.accept(msg, deliver=deliver):
+                    return Outcome("duplicate")
+                self.s.metrics.message_received(msg.platform)
             if on_accepted is not None:  # durably ours: the platform may forget it now
                 on_accepted()
             self._hold(msg)

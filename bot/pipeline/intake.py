@@ -247,6 +247,19 @@ class Inbox:
             ).all()
         return sorted((Taken(*row) for row in rows), key=lambda t: t.id)[:limit]
 
+    async def backlog(self) -> tuple[int, datetime | None]:
+        """Open messages (waiting or being worked on) and when the oldest was
+        accepted, in one query (`bot.metrics` gauges)."""
+        async with self._store.read() as session:
+            pending, oldest = (
+                await session.exec(
+                    select(func.count(), func.min(InboxItem.created_at)).where(  # type: ignore[call-overload]
+                        col(InboxItem.state).in_(OPEN_STATES)
+                    )
+                )
+            ).one()
+        return int(pending), oldest
+
     async def stats(self) -> InboxStats:
         async with self._store.read() as session:
             pending, oldest = (

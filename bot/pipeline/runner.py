@@ -119,6 +119,7 @@ class Runner:
                 refusal = str(exc)
         if refusal is not None:  # refused before any LLM call
             log.info("budget.refused user=%s %s", user.id, refusal)
+            s.metrics.budget_refused()
             refused = (_reply(first, _budget_refusal(refusal), "refusal", True),)
             msgs = [item.origin for item in inputs]
             outgoing = await self._conclude(msgs, "refused", refused, deliver=deliver)
@@ -169,6 +170,7 @@ class Runner:
         replies = outcome.replies if deliver else ()
         saved = await s.writer.save(self._turn(run, state, batch, result, meter, replies))
         _log_run(result.status, run, state, started, saved.turn)
+        self._count(result.status, first, started)
         self._emit_end(events, result, state)
         if saved.turn is not None and result.status in ("completed", "silent"):
             self._maybe_compact(run, history, state, saved.turn)
@@ -177,6 +179,14 @@ class Runner:
         if saved.spooled:
             return RunResult(outcome, None)
         return RunResult(Outcome("failed", (), run.id), [])  # taken over: not ours to send
+
+    def _count(self, status: str, first: IncomingMessage, started: float) -> None:
+        metrics = self.s.metrics
+        metrics.run_finished(status, time.perf_counter() - started)
+        if status == "silent":
+            metrics.reply_suppressed(first.platform)
+        elif status == "refused":
+            metrics.budget_refused()
 
     def _meter(self, user: UserRecord, limit: int | None) -> RunMeter:
         config = self.s.settings.budgets

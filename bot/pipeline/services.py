@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bot.accounts.budgets import Budgets
 from bot.accounts.identity import Identity
@@ -12,6 +12,7 @@ from bot.agent.loop import AgentLoop
 from bot.commands.registry import Commands
 from bot.config import Settings
 from bot.conversations import Conversations
+from bot.metrics import Metrics
 from bot.personas import PersonaBook
 from bot.pipeline.compactor import Compactor
 from bot.pipeline.control import RunControl
@@ -51,3 +52,5 @@ class Services:
     compactor: Compactor
     actions: PendingActions | None = None
     """Consequential tool calls held for confirmation (None: nothing is held)."""
+    metrics: Metrics = field(default_factory=Metrics)
+    """What `GET /metrics` reports (`bot.metrics`)."""

@@ -26,6 +26,7 @@ from bot.accounts.directory import Directory
 from bot.config import SchedulerSettings
 from bot.conversations import ConversationRecord, Conversations
 from bot.logs import run_scope
+from bot.metrics import Metrics
 from bot.scheduling.jobs import Jobs, spec_of
 from bot.store import Store
 from bot.store.models import Run, ScheduledJob
@@ -91,8 +92,10 @@ class Wakeups:
         directory: Directory,
         conversations: Conversations,
         clock: Clock,
+        metrics: Metrics | None = None,
     ) -> None:
         self._clock = clock
+        self._metrics = metrics
         self._store = store
         self._jobs = jobs
         self._directory = directory
@@ -104,7 +107,10 @@ class Wakeups:
         """Run the job's due fire. Returns what happened (for logs and tests).
         Its lines, and those of the run it starts, carry one run id."""
         with run_scope():
-            return await self._fire(sink, job_id)
+            outcome = await self._fire(sink, job_id)
+        if self._metrics is not None and outcome != "not-due":  # not-due: another took it
+            self._metrics.wakeup(outcome)
+        return outcome
 
     async def _fire(self, sink: WakeupSink, job_id: int) -> str:
         now = self._clock()

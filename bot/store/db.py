@@ -134,6 +134,12 @@ class Store:
         async with self.urgent_engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
 
+    async def ping_tables(self) -> None:
+        """One round trip that also needs our tables (readiness: the database
+        answers and its schema is there)."""
+        async with self.urgent_engine.connect() as conn:
+            await conn.execute(text("SELECT 1 FROM inbox LIMIT 1"))
+
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
         """A session for reads (on SQLite: autocommit statements, never blocking
