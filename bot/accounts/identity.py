@@ -190,3 +190,25 @@ class Identity:
             if username:
                 db_link.username = username
         return Role.OWNER if make_owner else Role(user.role)
+
+    async def claim_first_owner(
+        self, platform: str, platform_user_id: str, display_name: str | None = None
+    ) -> UserRecord | None:
+        """Make this account an owner if the database has no owner yet (a fresh
+        install: the operator at the machine). Returns the new owner's record, or
+        None when an owner exists already (nothing changes)."""
+        async with self._store.read() as session:
+            owner = (
+                await session.exec(select(User.id).where(User.role == Role.OWNER.value))
+            ).first()
+        if owner is not None:
+            return None
+        record = await self.resolve_account(platform, platform_user_id, display_name=display_name)
+        async with self._store.write() as session:
+            db_user = await session.get(User, record.id)
+            assert db_user is not None
+            db_user.role = Role.OWNER.value
+            db_user.updated_at = utcnow()
+        self.forget(record.id)
+        log.info("user.promoted id=%s role=owner (first owner)", record.id)
+        return UserRecord(record.id, Role.OWNER, record.display_name, platform, platform_user_id)
