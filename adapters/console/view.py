@@ -26,6 +26,7 @@ class TerminalView:
         self._live: Live | None = None
         self._run: str | None = None
         self._ended: set[str] = set()
+        self._activity: str | None = None
 
     def show(self, progress: Progress) -> None:
         if progress.ended:
@@ -37,6 +38,8 @@ class TerminalView:
             return  # a late event of a run already answered
         self._run = progress.run_id
         body = self._body(progress)
+        # A new activity is drawn at once; streamed text at the next refresh.
+        changed, self._activity = progress.activity != self._activity, progress.activity
         if self._live is None:
             self._live = Live(
                 body,
@@ -46,9 +49,9 @@ class TerminalView:
                 redirect_stdout=False,
                 redirect_stderr=False,
             )
-            self._live.start()
+            self._live.start(refresh=True)
         else:
-            self._live.update(body)
+            self._live.update(body, refresh=changed)
 
     def waiting(self) -> None:
         """A message went out: show the spinner until its run reports."""
@@ -65,7 +68,7 @@ class TerminalView:
 
     def clear(self) -> None:
         """Take the live view off the screen (transient: nothing stays)."""
-        live, self._live, self._run = self._live, None, None
+        live, self._live, self._run, self._activity = self._live, None, None, None
         if live is not None:
             live.stop()
 

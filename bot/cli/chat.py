@@ -117,39 +117,44 @@ async def claim_owner(app: App, console: Interactive) -> None:
 async def follow_runs(bus: EventBus, view: LiveView) -> None:
     """Show the view's conversations' runs as they go, until cancelled."""
     keys = set(view.conversation_keys())
-    filters: dict[str, StreamFilter] = {}
-    activity: dict[str, str | None] = {}
+    runs: dict[str, _Run] = {}
     async with bus.subscribe() as events:
         async for event in events:
-            if event.conversation_key not in keys:
-                continue
-            progress = _progress(event, filters, activity)
-            if progress is not None:
-                view.show(progress)
+            if event.conversation_key in keys:
+                view.show(_progress(event, runs))
 
 
-def _progress(
-    event: Event, filters: dict[str, StreamFilter], activity: dict[str, str | None]
-) -> Progress | None:
-    run = event.run_id
+class _Run:
+    """What the view shows of one run: the text of the LLM call streaming now
+    (the final reply is the last call's text, so each call starts afresh, but
+    a reply cut by max_tokens goes on) and the current activity."""
+
+    def __init__(self) -> None:
+        self.stream = StreamFilter()
+        self.activity: str | None = "thinking"
+        self.continuing = False
+
+
+def _progress(event: Event, runs: dict[str, _Run]) -> Progress:
     if event.type in ("run.completed", "run.failed", "run.cancelled"):
-        filters.pop(run, None)
-        activity.pop(run, None)
-        return Progress(run, ended=True)
-    if event.type == "run.started" or event.type == "run.retrying" or run not in filters:
-        filters[run] = StreamFilter()  # a retry discards what was streamed
-        activity[run] = "thinking"
-    stream = filters[run]
+        runs.pop(event.run_id, None)
+        return Progress(event.run_id, ended=True)
+    run = runs.get(event.run_id)
+    if run is None or event.type == "run.started":
+        run = runs[event.run_id] = _Run()
+    data = event.data
     if event.type == "chunk":
-        stream.feed(str(event.data.get("text", "")))
-        activity[run] = None
+        run.stream.feed(str(data.get("text", "")))
+        run.activity = None
     elif event.type == "activity":
-        activity[run] = ACTIVITIES.get(str(event.data.get("kind")), "working")
+        kind = str(data.get("kind"))
+        if kind == "thinking" and not run.continuing:
+            run.stream = StreamFilter()  # a new call: its text is the reply now
+        run.continuing = False
+        if kind != "tool_exec" or run.activity is None or not run.activity.startswith("using"):
+            run.activity = ACTIVITIES.get(kind, "working")
+    elif event.type == "run.retrying":
+        run.continuing = data.get("detail") == "continuing"
     elif event.type == "tool.call":
-        if stream.raw.strip():
-            stream.feed("\n\n")
-        activity[run] = f"using {event.data.get('tool', 'a tool')}"
-    elif event.type == "tool.result":
-        activity[run] = "thinking"
-    text = stream.visible()
-    return Progress(run, text, activity[run])
+        run.activity = f"using {data.get('tool', 'a tool')}"
+    return Progress(event.run_id, run.stream.visible(), run.activity)

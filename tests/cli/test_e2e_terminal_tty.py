@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from tests.cli.test_e2e_terminal import child_env
-from tests.fakes.anthropic import FakeAnthropic, text_reply
+from tests.fakes.anthropic import FakeAnthropic, text_reply, tool_use_reply
 from tests.paths import REPO_ROOT
 
 
@@ -116,3 +116,18 @@ def test_silent_reply_and_think_tags_never_reach_the_terminal(
     text = out.decode("utf-8", "replace")
     assert "The answer is 42." in text
     assert "Step one." in text and "Step two." in text
+
+
+def test_tool_activity_is_shown_while_the_tool_runs(
+    fake_anthropic_thread: FakeAnthropic, tmp_path: Path
+):
+    fake_anthropic_thread.script(
+        tool_use_reply(("current_time", {})),
+        text_reply("It is noon.", chunk_size=3, chunk_delay=0.05),
+    )
+    out, err, status = chat_on_a_terminal(fake_anthropic_thread, tmp_path / "db.sqlite", "time?\n")
+    assert status == 0, err
+    assert fake_anthropic_thread.request_count == 2
+    text = out.decode("utf-8", "replace")
+    assert "using current_time…" in text
+    assert "It is noon." in text
