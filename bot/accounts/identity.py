@@ -10,7 +10,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sqlalchemy import exists, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 
 from bot.store import Store
@@ -204,11 +206,19 @@ class Identity:
         if owner is not None:
             return None
         record = await self.resolve_account(platform, platform_user_id, display_name=display_name)
+        other = aliased(User)
         async with self._store.write() as session:
-            db_user = await session.get(User, record.id)
-            assert db_user is not None
-            db_user.role = Role.OWNER.value
-            db_user.updated_at = utcnow()
+            # Atomic: of two operators starting at once, one becomes the owner.
+            claimed = await session.exec(
+                update(User)
+                .where(
+                    col(User.id) == record.id,
+                    ~exists().where(col(other.role) == Role.OWNER.value),
+                )
+                .values(role=Role.OWNER.value, updated_at=utcnow())
+            )
+        if claimed.rowcount != 1:
+            return None
         self.forget(record.id)
         log.info("user.promoted id=%s role=owner (first owner)", record.id)
         return UserRecord(record.id, Role.OWNER, record.display_name, platform, platform_user_id)
