@@ -162,8 +162,8 @@ class ConsoleAdapter:
         from prompt_toolkit.patch_stdout import patch_stdout
 
         print(
-            f"Switchboard chat as {self.user!r}. /help for commands, /stop to stop a reply, "
-            "Ctrl-D to quit.",
+            f"Switchboard chat as {self.user!r}. /help for commands; /stop or Ctrl-C stops "
+            "a reply; Ctrl-D quits.",
             file=self._err,
             flush=True,
         )
@@ -172,8 +172,12 @@ class ConsoleAdapter:
             while True:
                 try:
                     line = await session.prompt_async("you> ")
-                except (EOFError, KeyboardInterrupt):
+                except EOFError:
                     return
+                except KeyboardInterrupt:  # Ctrl-C: stop the reply, or leave
+                    if not self._in_flight:
+                        return
+                    line = "/stop"
                 yield line
 
     def message(self, text: str) -> IncomingMessage:
