@@ -93,3 +93,21 @@ def test_typing_during_a_reply_and_stop_at_the_prompt(
     assert "THE-END" not in terminal.text()
     assert "is now the owner" in terminal.text()
     assert fake_anthropic_thread.request_count == 2
+
+
+def test_run_without_platforms_opens_a_quiet_chat(
+    fake_anthropic_thread: FakeAnthropic, tmp_path: Path
+):
+    fake_anthropic_thread.script("Hello from run.")
+    env = child_env(fake_anthropic_thread, tmp_path / "db.sqlite", TERM="xterm-256color")
+    terminal = Terminal([sys.executable, "-m", "bot", "run"], env)
+    try:
+        terminal.wait_for("you>")
+        terminal.type("hi\r")
+        terminal.wait_for("Hello from run.")
+        terminal.type("\x04")
+        status = terminal.close()
+    finally:
+        terminal.proc.kill()
+    assert status == 0, terminal.text()
+    assert " INFO " not in terminal.text()  # stderr shares the terminal here
