@@ -149,3 +149,21 @@ def test_a_line_typed_during_a_reply_is_answered(
     assert out.splitlines() == ["First answer, slowly.", "Second answer."]
     texts = [r.messages[-1]["content"][0]["text"] for r in fake_anthropic_thread.requests]
     assert texts == ["first", "second"]
+
+
+def test_logs_go_to_the_configured_file(fake_anthropic_thread: FakeAnthropic, tmp_path: Path):
+    log_file = tmp_path / "logs" / "switchboard.log"
+    fake_anthropic_thread.script("Logged elsewhere.")
+    result = chat(
+        fake_anthropic_thread,
+        tmp_path / "db.sqlite",
+        "hello\n",
+        "-v",
+        SWITCHBOARD__LOGGING__FILE=str(log_file),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Logged elsewhere.\n"
+    assert not [line for line in result.stderr.splitlines() if is_log_line(line)]
+    logged = log_file.read_text()
+    assert " INFO " in logged and "run." in logged
+    assert TEST_API_KEY not in logged
