@@ -308,6 +308,35 @@ class Interactive(Protocol):
     async def run(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A run still going, as a live view may show it: the reply's text so far
+    (already filtered: safe to show) and what the agent is doing."""
+
+    run_id: str
+    text: str = ""
+    activity: str | None = None
+    """"thinking", "using <tool>", …; None once text flows."""
+    ended: bool = False
+    """The run is over (its final reply, if any, comes through `send`)."""
+
+
+@runtime_checkable
+class LiveView(Protocol):
+    """An adapter that shows runs while they go (the terminal on a TTY)."""
+
+    @property
+    def live(self) -> bool:
+        """Whether it wants `show` calls at all."""
+        ...
+
+    def conversation_keys(self) -> Sequence[str]:
+        """The conversations it shows."""
+        ...
+
+    def show(self, progress: Progress) -> None: ...
+
+
 RouteHandler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
 
 

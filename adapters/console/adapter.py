@@ -1,19 +1,37 @@
-"""Terminal chat. Piped: each stdin line is one message, answered before the
-next is read; exits at EOF. Interactive: a prompt, replies as they come
-(including scheduled wakeups, which arrive through `send`)."""
+"""Terminal chat.
+
+Input is read all the time, also while a reply runs. Typed at a terminal
+(stdin a TTY): a prompt with line editing and history (prompt_toolkit); each
+line goes to the pipeline at once, so a line typed during a run joins it or
+waits for the next, as on every platform, and `/stop` stops it. Piped: lines
+are read ahead, messages go out one after another (each answered before the
+next is sent: a script gets one reply per line), while `/stop` goes at once.
+EOF (Ctrl-D) ends the chat once the replies still due are out.
+
+Output: when stdout is a TTY, replies are rendered as Markdown and runs are
+shown live (`LiveView`: spinner, tool activity, the reply as it streams);
+otherwise plain text, one reply after another, nothing else. Errors go to
+stderr either way.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import getpass
 import sys
-from typing import TextIO
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from bot.config import Secrets, Settings
-from bot.ports import Core, SendProgress
+from bot.ports import Core, Progress, SendProgress
 from bot.types import IncomingMessage, Reply, Target
 
+if TYPE_CHECKING:
+    from adapters.console.view import TerminalView
+
 PLATFORM = "console"
+IMMEDIATE = frozenset({"/stop"})
+"""Commands a piped chat sends at once instead of in turn."""
 
 
 class ConsoleAdapter:
@@ -27,57 +45,140 @@ class ConsoleAdapter:
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
         interactive: bool | None = None,
+        live: bool | None = None,
     ) -> None:
         self.user = user
         self._in = stdin or sys.stdin
         self._out = stdout or sys.stdout
         self._err = stderr or sys.stderr
         self.interactive = self._in.isatty() if interactive is None else interactive
+        """Input from a person at a terminal (a prompt), not a pipe."""
+        self._live = self._out.isatty() if live is None else live
         self._core: Core | None = None
+        self._view: TerminalView | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._in_flight = 0
 
     @property
     def channel_id(self) -> str:
         return self.user
 
+    @property
+    def live(self) -> bool:
+        """stdout is a terminal: Markdown, a spinner and streaming."""
+        return self._live
+
+    def conversation_keys(self) -> Sequence[str]:
+        return [self.message("").conversation_key]
+
     async def start(self, core: Core) -> None:
         self._core = core
+        if self._live and self._view is None:
+            from adapters.console.view import TerminalView
+
+            # At a prompt, prompt_toolkit swaps sys.stdout for a proxy that keeps
+            # the prompt below what is printed: follow it rather than the terminal.
+            self._view = TerminalView(None if self.interactive else self._out)
 
     async def stop(self) -> None:
+        if self._view is not None:
+            self._view.clear()
         self._core = None
 
+    # -- output ----------------------------------------------------------------
+
+    def show(self, progress: Progress) -> None:
+        if self._view is not None:
+            self._view.show(progress)
+
     async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]:
-        stream = self._err if reply.kind == "error" else self._out
         text = reply.text.rstrip()
-        if self.interactive:
-            text = f"\n{text}\n"
-        print(text, file=stream, flush=True)
+        if reply.kind == "error":
+            if self._view is not None:
+                self._view.clear()
+            print(text, file=self._err, flush=True)
+        elif self._view is not None:
+            self._view.final(text)
+        else:
+            print(text, file=self._out, flush=True)
         return []
 
     async def show_typing(self, target: Target) -> None:
         return None
 
+    # -- input -----------------------------------------------------------------
+
     async def run(self) -> None:
-        """Read messages until EOF (or Ctrl-D / Ctrl-C in a terminal)."""
+        """Read messages until EOF (or Ctrl-D / Ctrl-C at a prompt)."""
         core = self._core
         if core is None:
             raise RuntimeError("start() the adapter before run()")
-        loop = asyncio.get_running_loop()
-        if self.interactive:
-            print(
-                f"Switchboard chat as {self.user!r}. /help for commands, Ctrl-D to quit.",
-                file=self._err,
-                flush=True,
-            )
-        while True:
-            if self.interactive:
-                print("you> ", end="", file=self._err, flush=True)
-            line = await loop.run_in_executor(None, self._in.readline)
-            if not line:
-                break
-            text = line.rstrip("\r\n")
-            if not text.strip():
-                continue
+        in_turn: asyncio.Queue[str | None] = asyncio.Queue()
+        sender = asyncio.create_task(self._send_in_turn(core, in_turn))
+        try:
+            async for text in self._prompted() if self.interactive else self._piped():
+                if not text.strip():
+                    continue
+                if self.interactive or text.split()[0].lower() in IMMEDIATE:
+                    self._spawn(self._handle(core, text))
+                else:
+                    in_turn.put_nowait(text)
+        finally:
+            in_turn.put_nowait(None)
+            await sender
+            while self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._view is not None:
+                self._view.clear()
+
+    async def _send_in_turn(self, core: Core, texts: asyncio.Queue[str | None]) -> None:
+        while (text := await texts.get()) is not None:
+            await self._handle(core, text)
+
+    async def _handle(self, core: Core, text: str) -> None:
+        if self._view is not None:
+            self._view.waiting()
+        self._in_flight += 1
+        try:
             await core.handle(self.message(text))
+        finally:
+            self._in_flight -= 1
+            if self._view is not None and not self._in_flight:
+                self._view.clear()  # e.g. a merged message: its run answered
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _piped(self) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, self._in.readline):
+            yield line.rstrip("\r\n")
+
+    async def _prompted(self) -> AsyncIterator[str]:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import InMemoryHistory
+        from prompt_toolkit.patch_stdout import patch_stdout
+
+        print(
+            f"Switchboard chat as {self.user!r}. /help for commands; /stop or Ctrl-C stops "
+            "a reply; Ctrl-D quits.",
+            file=self._err,
+            flush=True,
+        )
+        session: PromptSession[str] = PromptSession(history=InMemoryHistory())
+        with patch_stdout(raw=True):
+            while True:
+                try:
+                    line = await session.prompt_async("you> ")
+                except EOFError:
+                    return
+                except KeyboardInterrupt:  # Ctrl-C: stop the reply, or leave
+                    if not self._in_flight:
+                        return
+                    line = "/stop"
+                yield line
 
     def message(self, text: str) -> IncomingMessage:
         return IncomingMessage(

@@ -10,7 +10,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sqlalchemy import exists, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 
 from bot.store import Store
@@ -190,3 +192,33 @@ class Identity:
             if username:
                 db_link.username = username
         return Role.OWNER if make_owner else Role(user.role)
+
+    async def claim_first_owner(
+        self, platform: str, platform_user_id: str, display_name: str | None = None
+    ) -> UserRecord | None:
+        """Make this account an owner if the database has no owner yet (a fresh
+        install: the operator at the machine). Returns the new owner's record, or
+        None when an owner exists already (nothing changes)."""
+        async with self._store.read() as session:
+            owner = (
+                await session.exec(select(User.id).where(User.role == Role.OWNER.value))
+            ).first()
+        if owner is not None:
+            return None
+        record = await self.resolve_account(platform, platform_user_id, display_name=display_name)
+        other = aliased(User)
+        async with self._store.write() as session:
+            # Atomic: of two operators starting at once, one becomes the owner.
+            claimed = await session.exec(
+                update(User)
+                .where(
+                    col(User.id) == record.id,
+                    ~exists().where(col(other.role) == Role.OWNER.value),
+                )
+                .values(role=Role.OWNER.value, updated_at=utcnow())
+            )
+        if claimed.rowcount != 1:
+            return None
+        self.forget(record.id)
+        log.info("user.promoted id=%s role=owner (first owner)", record.id)
+        return UserRecord(record.id, Role.OWNER, record.display_name, platform, platform_user_id)

@@ -67,7 +67,7 @@ from bot.web.server import WebServer
 
 log = logging.getLogger("switchboard.app")
 
-EXTRAS = {"telegram": "telegram", "slack": "slack", "discord": "discord"}
+EXTRAS = {"telegram": "telegram", "slack": "slack", "discord": "discord", "console": "console"}
 HEALTH_TIMEOUT_S = 0.8
 """/healthz answers within a second, even when the database does not."""
 HEALTH_GRACE_S = 10.0

@@ -15,6 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 from bot import __version__
 from bot.cli import admin, chat, db, jobs, personas, run, trace
@@ -66,9 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"switchboard: config error: {exc}", file=sys.stderr)
         return 2
     secrets = Secrets.from_env()
-    setup_logging(
-        "DEBUG" if debug else settings.logging.level, settings.logging.format, secrets.values()
-    )
+    level = "DEBUG" if debug else getattr(args, "log_level", None) or settings.logging.level
+    try:
+        log_file = open_log_file(settings.logging.file)
+    except OSError as exc:
+        print(f"switchboard: cannot open the log file: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(level, settings.logging.format, secrets.values(), stream=log_file)
     func: Command = args.func
     try:
         return asyncio.run(func(args, settings, secrets))
@@ -86,6 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         _fail(f"unexpected error: {type(exc).__name__}: {exc}", debug)
         return 1
+
+
+def open_log_file(path: str | None) -> TextIO | None:
+    """The configured log file, opened for appending (None: log to stderr)."""
+    if not path:
+        return None
+    file = Path(path).expanduser()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return file.open("a", encoding="utf-8", buffering=1)
 
 
 def _fail(message: str, debug: bool) -> None:

@@ -1,19 +1,55 @@
-"""`switchboard chat`: the terminal chat with the agent."""
+"""`switchboard chat`: the terminal chat with the agent.
+
+The operator at the machine chats as the console user (`$USER`, or
+`[console] user`); on a database without any owner yet, that user becomes the
+owner (audited, said once on stderr). `--as USER` chats as another console
+user and grants nothing. Logs go to stderr (or the configured file) at WARNING
+unless `-v`; stdout carries the chat only. On a terminal, runs are followed
+live: the bus's events for the console conversation become `Progress` for the
+adapter, text passing through `StreamFilter` first.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import logging
+import sys
 from typing import Any
 
+from bot.accounts.audit import Audit
+from bot.agent.events import Event, EventBus
+from bot.agent.streaming import StreamFilter
 from bot.app import App, load_adapter
+from bot.cli.common import actor
 from bot.config import Secrets, Settings
 from bot.errors import StartupError
-from bot.ports import Interactive
+from bot.ports import Interactive, LiveView, Progress
+
+log = logging.getLogger("switchboard.cli.chat")
+
+ACTIVITIES = {"thinking": "thinking", "tool_exec": "working", "compacting": "tidying up history"}
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     chat = sub.add_parser("chat", parents=[common], help="chat with the agent in this terminal")
-    chat.add_argument("--user", help="your console user id (default: config or $USER)")
+    chat.add_argument(
+        "--as",
+        "--user",
+        dest="as_user",
+        metavar="USER",
+        help="chat as this console user id instead of yours (grants nothing)",
+    )
+    chat.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_level",
+        action="store_const",
+        const="INFO",
+        default="WARNING",
+        help="log INFO lines too (to stderr, or the configured file)",
+    )
     chat.set_defaults(func=cmd_chat)
 
 
@@ -21,7 +57,7 @@ async def cmd_chat(args: argparse.Namespace, settings: Settings, secrets: Secret
     app = App(settings, secrets)
     try:
         await app.open()
-        return await chat_in_terminal(app, settings, args.user)
+        return await chat_in_terminal(app, settings, args.as_user)
     finally:
         await app.close()
 
@@ -35,9 +71,90 @@ async def chat_in_terminal(app: App, settings: Settings, user: str | None) -> in
     console = load_adapter("console", settings, app.secrets)
     if not isinstance(console, Interactive):
         raise StartupError("the console adapter cannot run interactively")
+    if not user:
+        await claim_owner(app, console)
     app.attach(console)
     await console.start(app.pipeline)
     await app.start_scheduler([console.platform])
     app.start_recovery([console.platform])
-    await console.run()
+    follower: asyncio.Task[None] | None = None
+    if isinstance(console, LiveView) and console.live:
+        follower = asyncio.create_task(follow_runs(app.pipeline.s.bus, console))
+    try:
+        await console.run()
+    finally:
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
     return 0
+
+
+async def claim_owner(app: App, console: Interactive) -> None:
+    """On a database with no owner yet, the operator's console user becomes one."""
+    account = getattr(console, "user", None)
+    if not isinstance(account, str):
+        return
+    identity = app.pipeline.s.identity
+    record = await identity.claim_first_owner(console.platform, account, display_name=account)
+    if record is None:
+        return
+    who = actor()
+    await Audit(app.pipeline.s.store).record(
+        actor=who.handle,
+        action="first-owner",
+        target=record.handle,
+        where=who.where,
+        details={"user_id": record.id, "to": "owner"},
+    )
+    print(
+        f"No owner yet: {record.handle} (you, at this terminal) is now the owner.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+async def follow_runs(bus: EventBus, view: LiveView) -> None:
+    """Show the view's conversations' runs as they go, until cancelled."""
+    keys = set(view.conversation_keys())
+    runs: dict[str, _Run] = {}
+    async with bus.subscribe() as events:
+        async for event in events:
+            if event.conversation_key in keys:
+                view.show(_progress(event, runs))
+
+
+class _Run:
+    """What the view shows of one run: the text of the LLM call streaming now
+    (the final reply is the last call's text, so each call starts afresh, but
+    a reply cut by max_tokens goes on) and the current activity."""
+
+    def __init__(self) -> None:
+        self.stream = StreamFilter()
+        self.activity: str | None = "thinking"
+        self.continuing = False
+
+
+def _progress(event: Event, runs: dict[str, _Run]) -> Progress:
+    if event.type in ("run.completed", "run.failed", "run.cancelled"):
+        runs.pop(event.run_id, None)
+        return Progress(event.run_id, ended=True)
+    run = runs.get(event.run_id)
+    if run is None or event.type == "run.started":
+        run = runs[event.run_id] = _Run()
+    data = event.data
+    if event.type == "chunk":
+        run.stream.feed(str(data.get("text", "")))
+        run.activity = None
+    elif event.type == "activity":
+        kind = str(data.get("kind"))
+        if kind == "thinking" and not run.continuing:
+            run.stream = StreamFilter()  # a new call: its text is the reply now
+        run.continuing = False
+        if kind != "tool_exec" or run.activity is None or not run.activity.startswith("using"):
+            run.activity = ACTIVITIES.get(kind, "working")
+    elif event.type == "run.retrying":
+        run.continuing = data.get("detail") == "continuing"
+    elif event.type == "tool.call":
+        run.activity = f"using {data.get('tool', 'a tool')}"
+    return Progress(event.run_id, run.stream.visible(), run.activity)

@@ -25,6 +25,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 async def cmd_run(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
     platforms = settings.enabled_platforms()
+    if not platforms and sys.stdin.isatty() and not getattr(args, "debug", False):
+        logs = logging.getLogger("switchboard")  # a chat's screen: warnings only
+        logs.setLevel(max(logs.getEffectiveLevel(), logging.WARNING))
     app = App(settings, secrets)
     # Until everything is up, log records wait: a failed start is one line.
     verbose = getattr(args, "debug", False) or log.isEnabledFor(logging.DEBUG)

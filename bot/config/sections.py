@@ -236,6 +236,8 @@ class PersonaSettings(Section):
 class LoggingSettings(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["text", "json"] = "text"
+    file: str | None = None
+    """Append log lines to this file instead of writing them to stderr."""
 
 
 class ServerSettings(Section):
