@@ -85,6 +85,7 @@ from adapters.slack.requests import (
     shape_problem,
     signature_ok,
 )
+from adapters.slack.startup import TOKEN_HINTS, TOKEN_REJECTED, bolt_logger
 from bot.config import Secrets, Settings, SlackSettings
 from bot.errors import AdapterError, ConfigError, DeliveryFailed, StartupError
 from bot.ports import Core, Leadership, Route, SendProgress, hand_over
@@ -97,36 +98,7 @@ LEADER_GRACE_S = 3.0
 
 CONNECT_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
-_TOKEN_REJECTED = frozenset(
-    {
-        "invalid_auth",
-        "not_authed",
-        "account_inactive",
-        "token_revoked",
-        "token_expired",
-        "not_allowed_token_type",
-    }
-)
-"""Slack's answers that mean the token itself is wrong."""
-_TOKEN_HINTS = {
-    "SLACK_BOT_TOKEN": "Check SLACK_BOT_TOKEN: the app's Bot User OAuth Token (xoxb-...).",
-    "SLACK_APP_TOKEN": (
-        "Check SLACK_APP_TOKEN: an app-level token (xapp-...) with connections:write."
-    ),
-}
-
-
-class _QuietTokenNotice(logging.Filter):
-    """Bolt reads SLACK_BOT_TOKEN from the environment by itself, then warns on
-    every start that it uses our client instead ("`token` will be unused"): a
-    warning about nothing, dropped."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "`token` will be unused" not in record.getMessage()
-
-
-_BOLT_LOG = logging.getLogger(BOLT_LOGGER)
-_BOLT_LOG.addFilter(_QuietTokenNotice())
+_BOLT_LOG = bolt_logger(BOLT_LOGGER)
 
 
 class NotTaken(AdapterError):
@@ -197,7 +169,7 @@ class SlackAdapter:
         except SlackApiError as exc:
             await self._close()
             _, error = api_error(exc)
-            hint = _TOKEN_HINTS[secret] if error in _TOKEN_REJECTED else None
+            hint = TOKEN_HINTS[secret] if error in TOKEN_REJECTED else None
             raise StartupError(f"Slack refused {step}: {error}", hint) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self._close()
