@@ -3,7 +3,6 @@ start-up failures without the token in them, the command menu, typing."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,9 +15,8 @@ from bot.commands.registry import CommandSpec
 from bot.config import Secrets, Settings
 from bot.errors import ConfigError, StartupError
 from bot.types import Role, Target
-from tests.adapters.telegram.rig import LIBRARIES, Rig
-from tests.fakes.telegram import TOKEN, FakeTelegram, flood
-from tests.fakes.telegram_updates import FakeClock
+from tests.adapters.telegram.rig import LIBRARIES
+from tests.fakes.telegram import TOKEN, flood
 
 
 def settings(**telegram: Any) -> Settings:
@@ -69,17 +67,6 @@ def test_webhook_mode_serves_the_webhook_route():
 def test_create_adapter_refuses_bad_configuration(config: dict, env: dict, error: str):
     with pytest.raises(ConfigError, match=error):
         create_adapter(settings(**config), secrets(**env))
-
-
-@pytest.fixture
-async def rig(database, fake_anthropic) -> AsyncIterator[Rig]:  # type: ignore[no-untyped-def]
-    clock = FakeClock()
-    async with FakeTelegram(clock=clock.now) as telegram:
-        rig = Rig(database, fake_anthropic, telegram, clock)
-        try:
-            yield rig
-        finally:
-            await rig.close()
 
 
 @pytest.mark.parametrize("library", LIBRARIES)

@@ -4,7 +4,6 @@ pipeline the button's command as the presser's message and answers the query."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,28 +11,11 @@ from sqlmodel import select
 
 from bot.store.models import InboxItem
 from bot.types import Button, Reply, Target
-from tests.adapters.telegram.rig import LIBRARIES, Rig
-from tests.fakes.telegram import FakeTelegram
-from tests.fakes.telegram_updates import GROUP_ID, FakeClock, person, press
+from tests.adapters.telegram.rig import Rig
+from tests.fakes.telegram_updates import GROUP_ID, person, press
 
 CONFIRM = (Button("Confirm", "/confirm K7Q2MX"), Button("Cancel", "/cancel K7Q2MX"))
 PRESSER = 6035227194
-
-
-@pytest.fixture(params=LIBRARIES)
-def library(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-async def rig(database, fake_anthropic) -> AsyncIterator[Rig]:  # type: ignore[no-untyped-def]
-    clock = FakeClock()
-    async with FakeTelegram(clock=clock.now) as telegram:
-        rig = Rig(database, fake_anthropic, telegram, clock)
-        try:
-            yield rig
-        finally:
-            await rig.close()
 
 
 async def inbox(rig: Rig) -> list[InboxItem]:

@@ -6,33 +6,17 @@ press makes it happen."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from sqlmodel import select
 
 from bot.accounts.directory import Directory
 from bot.store.models import ScheduledJob
 from bot.types import IncomingMessage, Role
-from tests.adapters.telegram.rig import LIBRARIES, Rig
-from tests.fakes.telegram import FakeTelegram
-from tests.fakes.telegram_updates import FakeClock, person, press, private
+from tests.adapters.telegram.rig import Rig
+from tests.fakes.telegram_updates import person, press, private
 from tests.tools.test_pending_actions import obedient
 
 OWNER = 5120348871  # the sender of `private(...)`
 STRANGER = 6035227194
-
-
-@pytest.fixture(params=LIBRARIES)
-async def rig(request, database, fake_anthropic) -> AsyncIterator[Rig]:  # type: ignore[no-untyped-def]
-    clock = FakeClock()
-    async with FakeTelegram(clock=clock.now) as telegram:
-        rig = Rig(database, fake_anthropic, telegram, clock)
-        await rig.open(str(request.param))
-        try:
-            yield rig
-        finally:
-            await rig.close()
 
 
 async def jobs(rig: Rig) -> list[ScheduledJob]:
@@ -41,9 +25,8 @@ async def jobs(rig: Rig) -> list[ScheduledJob]:
         return list((await session.exec(select(ScheduledJob))).all())
 
 
-async def test_only_the_owners_press_confirms_a_held_action(rig: Rig) -> None:
-    app = rig.app
-    assert app is not None
+async def test_only_the_owners_press_confirms_a_held_action(rig: Rig, library: str) -> None:
+    app = await rig.open(library)
     services = app.pipeline.s
     owner = await services.identity.resolve(
         IncomingMessage("telegram", str(OWNER), str(OWNER), "-", user_display_name="Rosa")

@@ -6,35 +6,16 @@ from __future__ import annotations
 
 import base64
 import itertools
-from collections.abc import AsyncIterator
 
-import pytest
 from sqlmodel import select
 
 from adapters.telegram.render import visible_len
 from bot.store.models import DeliveryFailure, InboxItem, Message
-from tests.adapters.telegram.rig import LIBRARIES, Rig
 from tests.fakes.anthropic import text_reply
-from tests.fakes.telegram import ApiError, FakeTelegram, flood
-from tests.fakes.telegram_updates import GROUP_ID, FakeClock, group, message_id, private
+from tests.fakes.telegram import ApiError, flood
+from tests.fakes.telegram_updates import GROUP_ID, group, message_id, private
 
 USER = 5120348871
-
-
-@pytest.fixture(params=LIBRARIES)
-def library(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-async def rig(database, fake_anthropic) -> AsyncIterator[Rig]:  # type: ignore[no-untyped-def]
-    clock = FakeClock()
-    async with FakeTelegram(clock=clock.now) as telegram:
-        rig = Rig(database, fake_anthropic, telegram, clock)
-        try:
-            yield rig
-        finally:
-            await rig.close()
 
 
 async def test_private_text_gets_one_valid_reply(rig, library, fake_anthropic):

@@ -14,17 +14,12 @@ from sqlmodel import select
 
 from adapters.telegram import WEBHOOK_PATH
 from bot.store.models import InboxItem
-from tests.adapters.telegram.rig import LIBRARIES, PUBLIC_URL, WEBHOOK_SECRET, Rig
+from tests.adapters.telegram.rig import PUBLIC_URL, WEBHOOK_SECRET, Rig
 from tests.fakes.anthropic import text_reply
 from tests.fakes.telegram import FakeTelegram
 from tests.fakes.telegram_updates import FakeClock, private
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-
-
-@pytest.fixture(params=LIBRARIES)
-def library(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture
