@@ -337,6 +337,55 @@ class LiveView(Protocol):
     def show(self, progress: Progress) -> None: ...
 
 
+class LiveMessage(Protocol):
+    """A reply shown while the model writes it, on one platform (see `Streaming`).
+
+    The core calls `update` at most once per `[streaming] interval_seconds`,
+    one call at a time, always with the whole text so far; then `close` once;
+    then either sends the final reply with `Reply.drafts = drafts()` (the
+    adapter's `send` edits those messages into the reply's parts) or, when the
+    run ended with nothing to show, calls `discard`."""
+
+    async def update(self, text: str) -> None:
+        """Show `text`: canonical Markdown of the reply so far, already safe to
+        show (filtered by `bot.agent.streaming`), possibly ending with an
+        activity line such as "_searching memory…_". Render and split it as
+        `send` would; past the platform's length limit continue in a new
+        message. Raise `bot.errors.RateLimited` when the platform asks to slow
+        down (updates pause for `retry_after`, the final reply still goes out);
+        any other exception ends the live view for this run."""
+        ...
+
+    def drafts(self) -> tuple[str, ...]:
+        """Platform ids of the messages posted for this reply so far, in order
+        (empty when the platform shows a draft that is not a message, e.g.
+        Telegram's `sendMessageDraft`)."""
+        ...
+
+    async def close(self) -> None:
+        """No more updates (e.g. Slack `chat.stopStream`). Must not raise."""
+        ...
+
+    async def discard(self) -> None:
+        """The run ended with nothing to show (`NO_REPLY`): remove what was
+        posted. Must not raise."""
+        ...
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """An adapter that shows replies while they are written: posted messages
+    it then edits, a platform draft, or native streaming."""
+
+    platform: str
+
+    def open_stream(self, target: Target) -> LiveMessage | None:
+        """A live view for a reply to `target`, or None where this target
+        cannot stream (the reply then comes whole through `send`). Must not do
+        I/O: the first `update` posts."""
+        ...
+
+
 RouteHandler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
 
 

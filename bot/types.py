@@ -188,6 +188,10 @@ class Reply:
     """Only the requester should see it (ephemeral where the platform allows)."""
     buttons: tuple[Button, ...] = ()
     """Shown under the last part of the reply."""
+    drafts: tuple[str, ...] = ()
+    """Platform ids of messages that showed this reply while it was written
+    (streamed): `send` edits them into the reply's parts, in order, instead of
+    posting new ones, posts any further part, and deletes drafts left over."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,8 @@ from bot.config.sections import (
     Section,
     ServerSettings,
     SlackSettings,
+    StreamingSettings,
+    StreamOverride,
     TelegramSettings,
     TokenAllowance,
 )
@@ -75,6 +77,8 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "ServerSettings",
     "Settings",
     "SlackSettings",
+    "StreamOverride",
+    "StreamingSettings",
     "TelegramSettings",
     "TokenAllowance",
     "load_settings",
@@ -99,6 +103,7 @@ class Settings(Section):
     discord: DiscordSettings = DiscordSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     inbox: InboxSettings = InboxSettings()
+    streaming: StreamingSettings = StreamingSettings()
 
     def require_mention(self, platform: str) -> bool:
         section = getattr(self, platform, None)

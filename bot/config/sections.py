@@ -251,6 +251,35 @@ class ServerSettings(Section):
     """Serve Prometheus metrics at GET /metrics (false: 404)."""
 
 
+class StreamOverride(Section):
+    """`[streaming.<platform>]`: a platform's own setting, else `[streaming]`'s."""
+
+    enabled: bool | None = None
+    interval_seconds: float | None = Field(default=None, gt=0)
+
+
+class StreamingSettings(Section):
+    """Replies shown while the model writes them (drafts, edits, native streams)."""
+
+    enabled: bool = True
+    interval_seconds: float = Field(default=1.0, gt=0)
+    """At most one update of a streamed message per this many seconds."""
+    telegram: StreamOverride = StreamOverride()
+    slack: StreamOverride = StreamOverride()
+    discord: StreamOverride = StreamOverride()
+    console: StreamOverride = StreamOverride()
+
+    def enabled_for(self, platform: str) -> bool:
+        own = getattr(self, platform, None)
+        value = own.enabled if isinstance(own, StreamOverride) else None
+        return self.enabled if value is None else value
+
+    def interval_for(self, platform: str) -> float:
+        own = getattr(self, platform, None)
+        value = own.interval_seconds if isinstance(own, StreamOverride) else None
+        return self.interval_seconds if value is None else value
+
+
 class ConsoleSettings(Section):
     user: str | None = None
     """Default `platform_user_id` of `switchboard chat` (else $USER)."""
