@@ -30,6 +30,7 @@ from aiohttp import web
 from adapters.telegram.delivery import Clock, Limits, Sender, SystemClock
 from adapters.telegram.parse import parse_press, parse_update
 from adapters.telegram.render import render
+from adapters.telegram.streaming import LiveReply
 from adapters.telegram.transport import (
     FileTooLarge,
     NetworkError,
@@ -39,7 +40,7 @@ from adapters.telegram.transport import (
 )
 from bot.config import TelegramSettings
 from bot.errors import AdapterError, StartupError
-from bot.ports import Core, Route, SendProgress, hand_over
+from bot.ports import Core, LiveMessage, Route, SendProgress, hand_over
 from bot.types import Attachment, BotIdentity, Button, IncomingMessage, Reply, Role, Target
 
 log = logging.getLogger("switchboard.telegram")
@@ -190,9 +191,16 @@ class TelegramAdapter:
 
     async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]:
         chunks = render(reply.text)
-        if not chunks:
+        if not chunks and not reply.drafts:
             return []
-        return await self._sender.send(reply.target, chunks, progress, _keyboard(reply.buttons))
+        return await self._sender.send(
+            reply.target, chunks, progress, _keyboard(reply.buttons), reply.drafts
+        )
+
+    def open_stream(self, target: Target) -> LiveMessage | None:
+        """Drafts in private chats, a posted message then edits elsewhere
+        (adapters/telegram/streaming.py). No I/O until the first update."""
+        return LiveReply(self.transport, self._sender, self._clock, target)
 
     async def show_typing(self, target: Target) -> None:
         if self._sender.blocked(target.channel_id):

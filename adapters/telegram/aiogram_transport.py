@@ -120,6 +120,46 @@ class AiogramTransport:
             )
         return str(sent.message_id)
 
+    async def send_message_draft(
+        self,
+        chat_id: str,
+        draft_id: int,
+        text: str,
+        *,
+        html: bool,
+        thread_id: str | None = None,
+    ) -> None:
+        with self._translated():
+            await self.bot.send_message_draft(
+                chat_id=int(chat_id),
+                draft_id=draft_id,
+                text=text,
+                parse_mode="HTML" if html else None,
+                message_thread_id=int(thread_id) if thread_id else None,
+            )
+
+    async def edit_message_text(
+        self,
+        chat_id: str,
+        message_id: str,
+        text: str,
+        *,
+        html: bool,
+        buttons: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        with self._translated():
+            await self.bot.edit_message_text(
+                chat_id=int(chat_id),
+                message_id=int(message_id),
+                text=text,
+                parse_mode="HTML" if html else None,
+                reply_markup=_keyboard(buttons),
+            )
+
+    async def delete_message(self, chat_id: str, message_id: str) -> None:
+        with self._translated():
+            await self.bot.delete_message(chat_id=int(chat_id), message_id=int(message_id))
+
     async def answer_callback_query(self, query_id: str) -> None:
         with self._translated():
             await self.bot.answer_callback_query(query_id)

@@ -9,6 +9,9 @@
 - Network errors (timeouts, 5xx, connection) are retried with exponential backoff.
 - A 400 "can't parse entities" resends that chunk as plain text, once.
 - Anything that still fails raises `DeliveryFailed` (the pipeline records it).
+- A reply that was streamed (`Reply.drafts`) edits those messages into its parts
+  (editMessageText; "message is not modified" is success, a draft deleted
+  meanwhile is posted anew), posts further parts, deletes drafts left over.
 
 Time comes from a `Clock`, so tests can run the limits on a controllable clock.
 """
@@ -84,16 +87,23 @@ class Sender:
         until = self._clock.now() + seconds
         self._blocked_until[chat_id] = max(until, self._blocked_until.get(chat_id, 0.0))
 
+    def blocked_for(self, chat_id: str) -> float:
+        """Seconds left of the chat's flood wait (0 when it may send)."""
+        return max(0.0, self._blocked_until.get(chat_id, 0.0) - self._clock.now())
+
     async def send(
         self,
         target: Target,
         chunks: Sequence[str],
         progress: SendProgress | None = None,
         buttons: Sequence[tuple[str, str]] = (),
+        drafts: Sequence[str] = (),
     ) -> list[str]:
         """Send `chunks` (Telegram HTML) in order, after those `progress` says are
         done; the first one as a reply when the target says so, the last one with
-        `buttons` (an inline keyboard). Returns the message ids of all parts."""
+        `buttons` (an inline keyboard). Part i of `drafts` (messages that showed the
+        reply while it was written) is edited into chunk i instead of posting it;
+        drafts left over are deleted. Returns the message ids of all parts."""
         chat = target.channel_id
         lock = self._locks.get(chat)
         if lock is None:
@@ -105,39 +115,38 @@ class Sender:
                     continue
                 reply_to = target.reply_to_message_id if index == 0 else None
                 keyboard = buttons if index == len(chunks) - 1 else ()
+                post = _Post(self._transport, chat, target.thread_id, reply_to, keyboard)
+                call = _Edit(post, drafts[index]) if index < len(drafts) else post
                 try:
-                    ids.append(
-                        await self._send_one(chat, chunk, target.thread_id, reply_to, keyboard)
-                    )
+                    ids.append(await self._deliver(chat, chunk, call))
                     if progress is not None:
                         await progress.sent(index, ids[-1])
                 except DeliveryFailed as exc:
                     sent = f" after {len(ids)} of {len(chunks)} parts" if ids else ""
                     raise DeliveryFailed(f"{exc}{sent}") from None
+            for message_id in drafts[len(chunks) :]:
+                await self.delete(chat, message_id)
         self._forget_idle()
         return ids
 
-    async def _send_one(
-        self,
-        chat: str,
-        chunk: str,
-        thread_id: str | None,
-        reply_to: str | None,
-        buttons: Sequence[tuple[str, str]] = (),
-    ) -> str:
+    async def delete(self, chat: str, message_id: str) -> bool:
+        """Delete one of the bot's messages (with the usual flood waits and retries);
+        a message already gone counts as deleted. False (logged) when it stays."""
+        try:
+            await self._deliver(chat, "", _Delete(self._transport, chat, message_id))
+        except DeliveryFailed as exc:
+            log.warning("telegram.delete_failed chat=%s message=%s: %s", chat, message_id, exc)
+            return False
+        return True
+
+    async def _deliver(self, chat: str, chunk: str, call: _Call) -> str:
+        """One call for one chunk, retried as the rules in the module docstring say."""
         html = True
         failures = 0
         while True:
-            await self._wait_turn(chat)
+            await self.wait_turn(chat)
             try:
-                return await self._transport.send_message(
-                    chat,
-                    chunk,
-                    html=html,
-                    thread_id=thread_id,
-                    reply_to=reply_to,
-                    buttons=buttons,
-                )
+                return await call(chunk, html)
             except RateLimited as exc:
                 if exc.retry_after > self._limits.max_flood_wait:
                     log.warning(
@@ -174,7 +183,7 @@ class Sender:
             except AdapterError as exc:
                 raise DeliveryFailed(f"chat {chat}: {exc}") from None
 
-    async def _wait_turn(self, chat: str) -> None:
+    async def wait_turn(self, chat: str) -> None:
         """Sleep until this chat may send (flood wait, per-chat interval), then take a
         place in the global one-second window."""
         while True:
@@ -206,3 +215,69 @@ class Sender:
             if self._blocked_until.get(chat, 0.0) <= now:
                 self._last_sent.pop(chat, None)
                 self._blocked_until.pop(chat, None)
+
+
+class _Call(Protocol):
+    async def __call__(self, chunk: str, html: bool) -> str:
+        """Make the call for `chunk` (HTML or plain text); the message id it is in."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Post:
+    transport: Transport
+    chat: str
+    thread_id: str | None
+    reply_to: str | None
+    buttons: Sequence[tuple[str, str]]
+
+    async def __call__(self, chunk: str, html: bool) -> str:
+        return await self.transport.send_message(
+            self.chat,
+            chunk,
+            html=html,
+            thread_id=self.thread_id,
+            reply_to=self.reply_to,
+            buttons=self.buttons,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Edit:
+    """Edit a draft into the part; "not modified" is done, a draft someone deleted
+    is replaced by a new message."""
+
+    post: _Post
+    message_id: str
+
+    async def __call__(self, chunk: str, html: bool) -> str:
+        post = self.post
+        try:
+            await post.transport.edit_message_text(
+                post.chat, self.message_id, chunk, html=html, buttons=post.buttons
+            )
+        except BadRequest as exc:
+            if exc.not_modified:
+                return self.message_id
+            if not exc.message_gone:
+                raise
+            log.warning(
+                "telegram.draft_gone chat=%s message=%s: posting", post.chat, self.message_id
+            )
+            return await post(chunk, html)
+        return self.message_id
+
+
+@dataclass(frozen=True, slots=True)
+class _Delete:
+    transport: Transport
+    chat: str
+    message_id: str
+
+    async def __call__(self, chunk: str, html: bool) -> str:
+        try:
+            await self.transport.delete_message(self.chat, self.message_id)
+        except BadRequest as exc:
+            if not exc.message_gone:
+                raise
+        return self.message_id

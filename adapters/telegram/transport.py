@@ -42,6 +42,18 @@ class BadRequest(TelegramApiError):
     def cannot_parse_entities(self) -> bool:
         return "can't parse entities" in str(self).lower()
 
+    @property
+    def not_modified(self) -> bool:
+        """editMessageText with the text (and keyboard) the message already has:
+        the message shows what was asked, so the edit counts as done."""
+        return "message is not modified" in str(self).lower()
+
+    @property
+    def message_gone(self) -> bool:
+        """The message to edit or delete no longer exists (deleted by someone)."""
+        text = str(self).lower()
+        return "message to edit not found" in text or "message to delete not found" in text
+
 
 class Unauthorized(TelegramApiError):
     """HTTP 401 (and, for python-telegram-bot, 404 on getMe): the bot token was
@@ -93,6 +105,36 @@ class Transport(Protocol):
         """Send one message (parse_mode=HTML when `html`); returns its message_id.
         `buttons` (label, callback_data) become an inline keyboard, one row."""
         ...
+
+    async def send_message_draft(
+        self,
+        chat_id: str,
+        draft_id: int,
+        text: str,
+        *,
+        html: bool,
+        thread_id: str | None = None,
+    ) -> None:
+        """sendMessageDraft (Bot API 9.3): show `text` as the message being written
+        in a private chat (an ephemeral preview; the reply itself is a sendMessage).
+        Changes of one non-zero `draft_id` are animated."""
+        ...
+
+    async def edit_message_text(
+        self,
+        chat_id: str,
+        message_id: str,
+        text: str,
+        *,
+        html: bool,
+        buttons: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """editMessageText of a message the bot sent (with `buttons` as its inline
+        keyboard). Raises `BadRequest` ("message is not modified") when nothing
+        would change."""
+        ...
+
+    async def delete_message(self, chat_id: str, message_id: str) -> None: ...
 
     async def answer_callback_query(self, query_id: str) -> None:
         """Acknowledge a button press (the client stops showing its spinner)."""

@@ -7,11 +7,12 @@ It speaks the wire protocol: parameters as query string, urlencoded or multipart
 "parameters": {"retry_after": ...}}``; method names are case-insensitive; a wrong token
 is 401 and an unknown method 404. Implemented: getMe, getUpdates (long polling; an
 update is forgotten once getUpdates is called with a higher offset; 409 while a webhook
-is set), setWebhook (https URLs only, as Telegram) / deleteWebhook, sendMessage and
-editMessageText (parse_mode=HTML checked with `telegram_html.parse_html`, 4096-character
-limit, an inline keyboard `reply_markup` checked), answerCallbackQuery, sendChatAction,
-setMyCommands (names and descriptions checked), getFile and the
-file download at ``/file/bot<token>/<file_path>`` (20 MB cloud limit).
+is set), setWebhook (https URLs only, as Telegram) / deleteWebhook, sendMessage,
+editMessageText, deleteMessage and sendMessageDraft (tests/fakes/telegram_messages.py:
+parse_mode=HTML checked with `telegram_html.parse_html`, 4096-character limit, inline
+keyboards checked; `shown()` and `drafts` hold what the chats show),
+answerCallbackQuery, sendChatAction, setMyCommands (names and descriptions checked),
+getFile and the file download at ``/file/bot<token>/<file_path>`` (20 MB cloud limit).
 
 Tests push updates with `push_update` and read `calls` (every request, with its
 normalized parameters, status and the `clock()` time it arrived). `fail_next` scripts
@@ -39,7 +40,7 @@ from typing import Any, Self
 import aiohttp
 from aiohttp import web
 
-from tests.fakes.telegram_html import HtmlError, parse_html
+from tests.fakes.telegram_messages import MessageMethods
 from tests.fakes.telegram_wire import (
     ApiError,
     Call,
@@ -51,7 +52,6 @@ from tests.fakes.telegram_wire import (
     canonical,
     error_response,
     flood,
-    inline_keyboard,
     read_params,
     server_error,
 )
@@ -61,7 +61,6 @@ __all__ = ["TOKEN", "ApiError", "Call", "FakeTelegram", "bad_request", "flood", 
 TOKEN = "123456789:AAHfakeFAKEfake_fake-FAKEfakeFAKEfake1"
 BOT_ID = 123456789
 BOT_USERNAME = "switchboard_test_bot"
-MAX_TEXT = 4096
 CLOUD_FILE_LIMIT = 20 * 1024 * 1024
 _COMMAND = re.compile(r"[a-z0-9_]{1,32}")
 _POLL_CONFLICT = (
@@ -72,13 +71,9 @@ _WEBHOOK_CONFLICT = (
     "Conflict: can't use getUpdates method while webhook is active; "
     "use deleteWebhook to delete the webhook first"
 )
-_NOT_MODIFIED = (
-    "message is not modified: specified new message content and reply markup are "
-    "exactly the same as a current content and reply markup of the message"
-)
 
 
-class FakeTelegram:
+class FakeTelegram(MessageMethods):
     def __init__(
         self,
         *,
@@ -111,8 +106,7 @@ class FakeTelegram:
         """getUpdates calls cut short by another one, as Telegram does (409): two
         clients polling the same bot."""
         self._next_update = itertools.count(1000)
-        self._next_message = itertools.count(1)
-        self._messages: dict[tuple[str, int], str] = {}
+        self._init_messages()
         self._script: list[Scripted] = []
         self._files: dict[str, StoredFile] = {}
         self._taken: set[int] = set()
@@ -392,38 +386,10 @@ class FakeTelegram:
             raise Refused(bad_request("chat_id and action are required"))
         return True
 
-    async def _m_sendmessage(self, params: dict[str, Any], call: Call) -> Any:
-        chat_id = params.get("chat_id")
-        if chat_id is None:
-            raise Refused(bad_request("chat not found"))
-        visible = self._visible(params, call)
-        keyboard = inline_keyboard(params.get("reply_markup"))
-        message_id = next(self._next_message)
-        with self._lock:
-            self._messages[(str(chat_id), message_id)] = visible
-        sent = self._message(chat_id, message_id, visible, params.get("message_thread_id"))
-        if keyboard:
-            sent["reply_markup"] = {"inline_keyboard": keyboard}
-        return sent
-
     async def _m_answercallbackquery(self, params: dict[str, Any], call: Call) -> Any:
         if not params.get("callback_query_id"):
             raise Refused(bad_request("query is too old and response timeout expired"))
         return True
-
-    async def _m_editmessagetext(self, params: dict[str, Any], call: Call) -> Any:
-        chat_id, message_id = params.get("chat_id"), params.get("message_id")
-        key = (str(chat_id), int(message_id or 0))
-        with self._lock:
-            old = self._messages.get(key)
-        if old is None:
-            raise Refused(bad_request("message to edit not found"))
-        visible = self._visible(params, call)
-        if visible == old:
-            raise Refused(bad_request(_NOT_MODIFIED))
-        with self._lock:
-            self._messages[key] = visible
-        return dict(self._message(chat_id, key[1], visible, None), edit_date=int(time.time()))
 
     async def _m_getfile(self, params: dict[str, Any], call: Call) -> Any:
         with self._lock:
@@ -439,40 +405,6 @@ class FakeTelegram:
             "file_size": len(found.data),
             "file_path": found.path,
         }
-
-    def _visible(self, params: Mapping[str, Any], call: Call) -> str:
-        text = params.get("text")
-        if not isinstance(text, str) or not text:
-            raise Refused(bad_request("message text is empty"))
-        mode = params.get("parse_mode")
-        if mode is None or mode == "":
-            visible = text
-        elif str(mode).lower() == "html":
-            try:
-                visible = parse_html(text)
-            except HtmlError as exc:
-                raise Refused(bad_request(f"can't parse entities: {exc}")) from None
-        else:
-            raise Refused(bad_request(f"unsupported parse_mode {mode!r} in this fake"))
-        if not visible.strip():
-            raise Refused(bad_request("message text is empty"))
-        if len(visible.encode("utf-16-le")) // 2 > MAX_TEXT:
-            raise Refused(bad_request("message is too long"))
-        call.visible_text = visible
-        return visible
-
-    def _message(self, chat_id: Any, message_id: int, text: str, thread_id: Any) -> dict[str, Any]:
-        chat_type = "supergroup" if str(chat_id).startswith("-") else "private"
-        message: dict[str, Any] = {
-            "message_id": message_id,
-            "from": self.bot_user,
-            "chat": {"id": int(chat_id), "type": chat_type},
-            "date": int(time.time()),
-            "text": text,
-        }
-        if thread_id is not None:
-            message.update(message_thread_id=int(thread_id), is_topic_message=True)
-        return message
 
     # -- webhook delivery ----------------------------------------------------------------
 

@@ -103,6 +103,7 @@ _CANONICAL = {
     for name in (
         "getMe", "getUpdates", "setWebhook", "deleteWebhook", "setMyCommands", "sendMessage",
         "sendChatAction", "editMessageText", "getFile", "answerCallbackQuery",
+        "sendMessageDraft", "deleteMessage",
     )
 }  # fmt: skip
 
