@@ -151,3 +151,54 @@ async def long_polling(fake: FakeTelegram, get_updates) -> None:  # type: ignore
     second = fake.push_update(private("two"))
     assert [u.update_id for u in await get_updates(first + 1, 0)] == [second]
     assert fake.pending_updates == [second] and fake.taken(first) and not fake.taken(second)
+
+
+@pytest.mark.parametrize("library", ["aiogram", "python-telegram-bot"])
+async def test_streaming_methods_through_both_libraries(fake: FakeTelegram, library: str):
+    from adapters.telegram.factory import make_transport
+    from adapters.telegram.transport import BadRequest, RateLimited, TelegramApiError
+    from tests.fakes.telegram import flood
+
+    transport = make_transport(library, TOKEN, fake.base_url)  # type: ignore[arg-type]
+    try:
+        await transport.send_message_draft("42", 7, "<b>so</b> far", html=True, thread_id="3")
+        assert fake.drafts == {("42", 7): "so far"}
+        [draft] = fake.calls_to("sendMessageDraft")
+        assert draft.params == {
+            "chat_id": 42,
+            "draft_id": 7,
+            "text": "<b>so</b> far",
+            "parse_mode": "HTML",
+            "message_thread_id": 3,
+        }
+        with pytest.raises(BadRequest, match=r"(?i)TEXTDRAFT_PEER_INVALID"):
+            await transport.send_message_draft("-1001", 7, "x", html=False)
+        with pytest.raises(BadRequest, match=r"(?i)DRAFT_ID_INVALID"):
+            await transport.send_message_draft("42", 0, "x", html=False)
+        fake.fail_next("sendMessageDraft", flood(4))
+        with pytest.raises(RateLimited) as limited:
+            await transport.send_message_draft("42", 7, "x", html=False)
+        assert limited.value.retry_after == 4
+        fake.drafts_supported = False
+        with pytest.raises(TelegramApiError):
+            await transport.send_message_draft("42", 7, "x", html=False)
+
+        sent = await transport.send_message("-1001", "one", html=False)
+        await transport.edit_message_text("-1001", sent, "<i>two</i>", html=True)
+        with pytest.raises(BadRequest) as same:
+            await transport.edit_message_text("-1001", sent, "two", html=False)
+        assert same.value.not_modified
+        await transport.edit_message_text("-1001", sent, "two", html=False, buttons=[("Go", "/go")])
+        edit = fake.calls_to("editMessageText")[-1]
+        assert edit.ok and edit.params["reply_markup"]["inline_keyboard"][0][0]["text"] == "Go"
+        assert fake.shown(-1001) == {int(sent): "two"}
+        await transport.delete_message("-1001", sent)
+        assert fake.shown(-1001) == {}
+        with pytest.raises(BadRequest) as gone:
+            await transport.delete_message("-1001", sent)
+        assert gone.value.message_gone
+        with pytest.raises(BadRequest) as gone:
+            await transport.edit_message_text("-1001", sent, "three", html=False)
+        assert gone.value.message_gone
+    finally:
+        await transport.close()
