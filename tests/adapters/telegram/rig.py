@@ -38,11 +38,22 @@ class Rig:
         }
         return Secrets.model_validate(base | values)
 
-    async def open(self, library: str, *, mode: str = "polling", **telegram: Any) -> App:
-        """Open the App and start the adapter (own transport, the rig's clock)."""
+    async def open(
+        self,
+        library: str,
+        *,
+        mode: str = "polling",
+        sections: dict[str, Any] | None = None,
+        **telegram: Any,
+    ) -> App:
+        """Open the App and start the adapter (own transport, the rig's clock);
+        `sections` are further settings sections. Streaming is off unless
+        `sections` has a `streaming` section (the tests that are not about it
+        assert one message per reply, not what a live view showed meanwhile)."""
         settings = make_settings(
             self.database,
             self.anthropic,
+            **({"streaming": {"enabled": False}} | (sections or {})),
             server={"port": 0},
             telegram={
                 "enabled": True,
