@@ -30,7 +30,7 @@ from aiohttp import web
 from adapters.telegram.delivery import Clock, Limits, Sender, SystemClock
 from adapters.telegram.parse import parse_press, parse_update
 from adapters.telegram.render import render
-from adapters.telegram.streaming import LiveReply
+from adapters.telegram.streaming import TelegramLiveMessage
 from adapters.telegram.transport import (
     FileTooLarge,
     NetworkError,
@@ -200,7 +200,7 @@ class TelegramAdapter:
     def open_stream(self, target: Target) -> LiveMessage | None:
         """Drafts in private chats, a posted message then edits elsewhere
         (adapters/telegram/streaming.py). No I/O until the first update."""
-        return LiveReply(self.transport, self._sender, self._clock, target)
+        return TelegramLiveMessage(self.transport, self._sender, self._clock, target)
 
     async def show_typing(self, target: Target) -> None:
         if self._sender.blocked(target.channel_id):

@@ -43,7 +43,7 @@ def is_private(target: Target) -> bool:
     return target.channel_id.lstrip().isdigit()
 
 
-class LiveReply:
+class TelegramLiveMessage:
     """One reply's live view in one chat (see the module docstring)."""
 
     def __init__(self, transport: Transport, sender: Sender, clock: Clock, target: Target) -> None:
