@@ -30,7 +30,7 @@ from aiohttp import web
 from adapters.telegram.delivery import Clock, Limits, Sender, SystemClock
 from adapters.telegram.parse import parse_press, parse_update
 from adapters.telegram.render import render
-from adapters.telegram.streaming import TelegramLiveMessage
+from adapters.telegram.streaming import DRAFT_REFRESH_SECONDS, TelegramLiveMessage
 from adapters.telegram.transport import (
     FileTooLarge,
     NetworkError,
@@ -61,6 +61,8 @@ _UNSUPPORTED = {
 
 class TelegramAdapter:
     platform = PLATFORM
+    draft_refresh_seconds = DRAFT_REFRESH_SECONDS
+    """How long a streamed draft may stay unchanged before it is sent again."""
 
     def __init__(
         self,
@@ -200,7 +202,13 @@ class TelegramAdapter:
     def open_stream(self, target: Target) -> LiveMessage | None:
         """Drafts in private chats, a posted message then edits elsewhere
         (adapters/telegram/streaming.py). No I/O until the first update."""
-        return TelegramLiveMessage(self.transport, self._sender, self._clock, target)
+        return TelegramLiveMessage(
+            self.transport,
+            self._sender,
+            self._clock,
+            target,
+            refresh_seconds=self.draft_refresh_seconds,
+        )
 
     async def show_typing(self, target: Target) -> None:
         if self._sender.blocked(target.channel_id):

@@ -21,6 +21,8 @@ limits, so streamed edits and replies never exceed Telegram's rates together.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import Iterator
@@ -34,8 +36,11 @@ from bot.types import Target
 log = logging.getLogger("switchboard.telegram.streaming")
 
 DRAFT_REFRESH_SECONDS = 20.0
-"""A draft Telegram shows for about 30 s: the same text is sent again after this
-long, so a draft does not vanish while a tool runs."""
+"""Telegram shows a draft for about 30 s: one that did not change for this long
+is sent again (by a task of its own: the core updates only on changes), so the
+draft does not vanish while a tool runs."""
+MAX_REFRESHES = 45
+"""A draft is kept up for at most this many refreshes (15 minutes)."""
 
 
 def is_private(target: Target) -> bool:
@@ -46,7 +51,15 @@ def is_private(target: Target) -> bool:
 class TelegramLiveMessage:
     """One reply's live view in one chat (see the module docstring)."""
 
-    def __init__(self, transport: Transport, sender: Sender, clock: Clock, target: Target) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        sender: Sender,
+        clock: Clock,
+        target: Target,
+        *,
+        refresh_seconds: float = DRAFT_REFRESH_SECONDS,
+    ) -> None:
         self._transport = transport
         self._sender = sender
         self._clock = clock
@@ -59,12 +72,22 @@ class TelegramLiveMessage:
         self._shown: list[str] = []
         """The HTML each posted message shows."""
         self._draft: tuple[int, str] | None = None
-        self._draft_at = 0.0
+        """(draft_id, HTML) of the draft shown last."""
+        self._draft_sends = 0
+        self._refresh_seconds = refresh_seconds
+        self._refresher: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        """One call sequence at a time: the core's updates and the draft refresher."""
+        self._closed = False
 
     def drafts(self) -> tuple[str, ...]:
         return tuple(self._posted)
 
     async def update(self, text: str) -> None:
+        async with self._lock:
+            await self._update(text)
+
+    async def _update(self, text: str) -> None:
         chunks = render(text)
         if not chunks:
             return
@@ -78,11 +101,18 @@ class TelegramLiveMessage:
             await self._show(len(chunks) - 1, chunks[-1])
 
     async def close(self) -> None:
-        """Nothing to end: posted parts stay for `send` to edit; a draft ends with
-        the reply's sendMessage (or expires)."""
+        """Stop refreshing the draft. Posted parts stay for `send` to edit; a draft
+        ends with the reply's sendMessage (or expires)."""
+        self._closed = True
+        refresher, self._refresher = self._refresher, None
+        if refresher is not None:
+            refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresher
 
     async def discard(self) -> None:
         """Delete the posted parts (a draft cannot be withdrawn; it expires)."""
+        await self.close()
         posted, self._posted, self._shown = self._posted, [], []
         for message_id in posted:
             try:
@@ -143,8 +173,7 @@ class TelegramLiveMessage:
         stream goes on with posted messages)."""
         assert self._draft_id is not None
         draft_id = self._draft_id + index
-        fresh = self._clock.now() - self._draft_at < DRAFT_REFRESH_SECONDS
-        if self._draft == (draft_id, chunk) and fresh:
+        if self._draft == (draft_id, chunk):
             return True
         html = True
         while True:
@@ -166,8 +195,33 @@ class TelegramLiveMessage:
                 return self._no_drafts(exc)
             except TelegramApiError as exc:
                 return self._no_drafts(exc)
-        self._draft, self._draft_at = (draft_id, chunk), self._clock.now()
+        self._draft = (draft_id, chunk)
+        self._draft_sends += 1
+        if self._refresher is None and not self._closed:
+            self._refresher = asyncio.create_task(self._refresh(), name="telegram-draft-refresh")
         return True
+
+    async def _refresh(self) -> None:
+        """Send the draft again whenever it stayed the same for `refresh_seconds`."""
+        seen = self._draft_sends
+        for _ in range(MAX_REFRESHES):
+            await asyncio.sleep(self._refresh_seconds)
+            async with self._lock:
+                if self._closed or self._draft is None or self._draft_id is None:
+                    return
+                if self._draft_sends != seen:  # updated meanwhile: still fresh
+                    seen = self._draft_sends
+                    continue
+                draft_id, chunk = self._draft
+                self._draft = None
+                try:
+                    await self._show_draft(draft_id - self._draft_id, chunk)
+                except RateLimited:  # the flood wait is in the sender; try again later
+                    self._draft = (draft_id, chunk)
+                except Exception as exc:  # a later update or the final reply will do
+                    self._draft = (draft_id, chunk)
+                    log.warning("telegram.draft_refresh_failed chat=%s: %s", self._chat, exc)
+                seen = self._draft_sends
 
     def _no_drafts(self, exc: Exception) -> bool:
         log.warning(

@@ -6,6 +6,7 @@ Time is a controllable clock shared by the adapter and the fake."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -153,14 +154,23 @@ async def test_private_chat_streams_drafts_then_sends_the_message(adapter, fake)
     assert fake.shown(USER_ID) == {int(ids[0]): visible(final)[0]}
 
 
-async def test_a_draft_is_sent_again_before_telegram_forgets_it(adapter, fake, clock):
+async def test_an_unchanged_draft_is_sent_again_until_closed(adapter, fake, clock):
+    adapter.draft_refresh_seconds = 0.02  # Telegram forgets a draft after ~30 s
     live = stream(adapter, private())
-    await live.update("_searching memory…_")
-    clock.time += 5
-    await live.update("_searching memory…_")
-    clock.time += 25  # a long tool run: the 30-second preview would expire
-    await live.update("_searching memory…_")
-    assert len(fake.calls_to("sendMessageDraft")) == 2
+    await live.update("Let me look.\n\n_using lookup…_")  # a long tool run: no updates
+    fake.fail_next("sendMessageDraft", flood(1))  # a refresh refused: the next one goes
+    await fake.wait_for(lambda: len(fake.calls_to("sendMessageDraft")) >= 2)
+    clock.time += 1  # the flood wait passes
+    await fake.wait_for(lambda: len([c for c in fake.calls_to("sendMessageDraft") if c.ok]) >= 3)
+    await live.close()
+    drafts = fake.calls_to("sendMessageDraft")
+    assert {c.params["text"] for c in drafts} == {"Let me look.\n\n<i>using lookup…</i>"}
+    assert len({c.params["draft_id"] for c in drafts}) == 1
+    assert 429 in [c.status for c in drafts]
+    await asyncio.sleep(0.1)
+    assert len(fake.calls_to("sendMessageDraft")) == len(drafts)  # closed: no more
+    await adapter.send(Reply("Found it.", private(), drafts=live.drafts()))
+    assert [c.visible_text for c in fake.sent()] == ["Found it."]
 
 
 async def test_overflow_past_4096_continues_in_a_new_message(adapter, fake):
