@@ -11,7 +11,7 @@ from typing import Any
 
 from adapters.telegram.render import render
 from tests.adapters.telegram.rig import Rig
-from tests.fakes.anthropic import text_reply
+from tests.fakes.anthropic import text_reply, tool_call, tool_use_reply
 from tests.fakes.telegram import flood
 from tests.fakes.telegram_html import parse_html
 from tests.fakes.telegram_updates import GROUP_ID, group, message_id, private
@@ -135,3 +135,18 @@ async def test_stop_mid_stream_leaves_the_partial_text_marked(rig, library, fake
     assert partial.endswith("(stopped)")
     assert long.startswith(partial.removesuffix("(stopped)").rstrip())
     assert "Stopped." in texts.values()
+
+
+async def test_text_then_silence_deletes_what_was_posted(rig, library, fake_anthropic):
+    await rig.open(library, sections=STREAMING)
+    fake_anthropic.script(
+        tool_use_reply(tool_call("current_time"), text="Let me check the clock first."),
+        text_reply("NO_REPLY", delay=0.5),  # the streamed text is up meanwhile
+    )
+    await rig.deliver(group("what time is it?", mention=True))
+
+    [post] = rig.telegram.sent(GROUP_ID)
+    assert post.visible_text == "Let me check the clock first."
+    deletes = rig.telegram.calls_to("deleteMessage")
+    assert [c.params["message_id"] for c in deletes if c.ok] == [post.result["message_id"]]
+    assert rig.telegram.shown(GROUP_ID) == {}
