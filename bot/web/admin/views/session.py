@@ -28,7 +28,7 @@ async def login(site: Site, request: web.Request) -> web.StreamResponse:
             request, None, "login.html", "login", 401, error="That is not the admin token."
         )
     await site.deps.ops.audit.record(actor=ACTOR.handle, action="admin login", where=where)
-    response = web.HTTPSeeOther("/admin")
+    response = web.Response(status=303, headers={"Location": "/admin"})
     set_session_cookie(
         response, site.gate.new_session(), request.secure, int(site.gate.session_seconds)
     )
@@ -40,7 +40,7 @@ async def logout(site: Site, request: web.Request, credential: Credential) -> we
     cookie = request.cookies.get(COOKIE)
     if cookie:
         site.gate.revoke(cookie)
-    response = web.HTTPSeeOther("/admin/login")
+    response = web.Response(status=303, headers={"Location": "/admin/login"})
     clear_session_cookie(response)
     return response
 
