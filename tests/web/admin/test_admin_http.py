@@ -134,11 +134,14 @@ async def test_login_sets_a_strict_httponly_cookie_and_logout_ends_it(dash: Dash
     status, _ = await dash.post("/admin/logout", {"csrf": csrf[1]})
     assert status == 303
     # The old cookie no longer opens anything, even sent by hand.
-    async with aiohttp.ClientSession() as fresh, fresh.get(
-        dash.url + "/admin/users",
-        headers={**HTML, "Cookie": f"{COOKIE}={value}"},
-        allow_redirects=False,
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as fresh,
+        fresh.get(
+            dash.url + "/admin/users",
+            headers={**HTML, "Cookie": f"{COOKIE}={value}"},
+            allow_redirects=False,
+        ) as response,
+    ):
         assert response.status == 303
         assert "Quokka" not in await response.text()
     audit = [(e.action, e.outcome) for e in await audit_rows(dash)]
