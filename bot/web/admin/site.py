@@ -4,12 +4,14 @@ navigation and the form's CSRF token, 400/404 pages, reading a form)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from aiohttp import web
+from sqlalchemy.exc import SQLAlchemyError
 
 from bot.accounts.ops import Actor, AdminOps
 from bot.scheduling.jobs import Jobs
@@ -18,6 +20,8 @@ from bot.types import Role
 from bot.web.admin.auth import LOGIN_PATH, Credential, Gate, unauthorized, wants_html
 from bot.web.admin.csrf import csrf_token, require_csrf
 from bot.web.admin.render import environment, page
+
+log = logging.getLogger("switchboard.web")
 
 Backlog = Callable[[], Awaitable[tuple[int, datetime | None]]]
 """Open inbox messages and when the oldest was accepted (`Inbox.backlog`)."""
@@ -68,7 +72,21 @@ class Site:
                 raise unauthorized()
             if changes:
                 await require_csrf(request, self.gate, credential)
-            return await view(self, request, credential)
+            try:
+                return await view(self, request, credential)
+            except SQLAlchemyError as exc:
+                log.warning(
+                    "admin.database_error method=%s path=%s error=%s",
+                    request.method,
+                    request.path,
+                    type(exc).__name__,
+                )
+                return self.problem(
+                    request,
+                    credential,
+                    503,
+                    f"The database did not answer ({type(exc).__name__}); try again shortly.",
+                )
 
         return handler
 
@@ -96,8 +114,9 @@ class Site:
     def problem(
         self, request: web.Request, credential: Credential, status: int, message: str
     ) -> web.Response:
-        """A page saying what was wrong (400 bad input, 403 refused, 404 unknown)."""
-        titles = {400: "Bad input", 403: "Not allowed", 404: "Not found"}
+        """A page saying what was wrong (400 bad input, 403 refused, 404 unknown,
+        503 the database failed)."""
+        titles = {400: "Bad input", 403: "Not allowed", 404: "Not found", 503: "Unavailable"}
         return self.render(
             request,
             credential,

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import aiohttp
+from sqlalchemy import text
 from sqlmodel import col, select
 
 from bot.scheduling.jobs import Jobs
@@ -90,7 +91,8 @@ async def test_without_credentials_no_data(dash: Dashboard) -> None:
     uid = await user_id(dash)
     status, _ = await dash.post(f"/admin/users/{uid}/budget", {"budget": "5"})
     assert status == 401
-    assert await budget_row(dash, uid) is None or (await budget_row(dash, uid)).limit_mode == "role"  # type: ignore[union-attr]
+    row = await budget_row(dash, uid)
+    assert row is None or row.limit_mode == "role"
 
 
 async def test_bearer_token_reads_pages(dash: Dashboard) -> None:
@@ -497,3 +499,19 @@ async def test_overview_counts_messages_tokens_cost_and_top_users(dash: Dashboar
         assert response.headers["X-Frame-Options"] == "DENY"
     async with dash.http.get(dash.url + "/admin/static/admin.css") as response:
         assert response.status == 200 and response.content_type == "text/css"
+
+
+async def test_a_database_failure_is_a_503_page_and_the_rest_keeps_working(
+    dash: Dashboard,
+) -> None:
+    await dash.say("hello", name="Zanzibar Quokka")
+    await dash.login()
+    async with dash.app.store.write() as session:
+        await session.exec(text("DROP TABLE token_logs"))  # type: ignore[call-overload]
+    status, body = await dash.page("/admin")
+    assert status == 503 and "The database did not answer" in body
+    assert "token_logs" not in body and "Quokka" not in body  # no SQL, no data
+    status, body = await dash.page("/admin/users")
+    assert status == 200 and "Zanzibar Quokka" in body
+    status, _ = await dash.page("/healthz")
+    assert status == 200
