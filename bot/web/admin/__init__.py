@@ -11,6 +11,8 @@ same operations as the slash commands and CLI and is audited with the actor
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
 
 from bot.ports import Route
@@ -20,8 +22,17 @@ from bot.web.admin.views import audit, jobs, overview, runs, session, users
 
 __all__ = ["AdminDeps", "admin_routes"]
 
+log = logging.getLogger("switchboard.web")
+MIN_TOKEN_CHARS = 24
+
 
 def admin_routes(deps: AdminDeps, token: str) -> list[Route]:
+    if len(token) < MIN_TOKEN_CHARS:
+        log.warning(
+            "admin.weak_token: SWITCHBOARD_ADMIN_TOKEN has fewer than %d characters; "
+            "use a long random value (e.g. openssl rand -hex 24)",
+            MIN_TOKEN_CHARS,
+        )
     site = Site(deps, Gate(token))
     guarded = site.guarded
 

@@ -12,7 +12,8 @@ Two ways in:
   Logout revokes the nonce (kept in this process until the session would have
   expired) and clears the cookie.
 
-Without credentials a browser page request (GET asking for HTML) is sent to the
+Ten wrong tokens through the form within five minutes close the form (429)
+until they age out. Without credentials a browser page request (GET asking for HTML) is sent to the
 login page (303); anything else gets 401. Every comparison of a secret value is
 `hmac.compare_digest`. The token and cookies are never logged.
 """
@@ -23,6 +24,8 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -30,6 +33,11 @@ from aiohttp import web
 COOKIE = "switchboard_admin"
 SESSION_HOURS = 12
 LOGIN_PATH = "/admin/login"
+LOGIN_FAILURES = 10
+LOGIN_WINDOW_S = 300.0
+"""After `LOGIN_FAILURES` wrong tokens within `LOGIN_WINDOW_S`, the login form
+refuses every attempt (429) until the oldest of them is that old: guessing a
+token through the form is slow. Bearer requests are not affected."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +55,17 @@ def same(a: str, b: str) -> bool:
 
 
 class Gate:
-    def __init__(self, token: str, session_seconds: float = SESSION_HOURS * 3600) -> None:
+    def __init__(
+        self,
+        token: str,
+        session_seconds: float = SESSION_HOURS * 3600,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if not token:
             raise ValueError("the admin token is empty")
         self._token = token
+        self._clock = clock
+        self._failures: deque[float] = deque()
         self._key = hashlib.sha256(b"switchboard-admin-session\0" + token.encode()).digest()
         self.session_seconds = session_seconds
         self._revoked: dict[str, float] = {}
@@ -61,11 +76,21 @@ class Gate:
     def token_ok(self, candidate: str) -> bool:
         return same(candidate, self._token)
 
+    def login_blocked(self) -> bool:
+        """Too many wrong tokens lately: refuse the login form for now."""
+        now = self._clock()
+        while self._failures and self._failures[0] <= now - LOGIN_WINDOW_S:
+            self._failures.popleft()
+        return len(self._failures) >= LOGIN_FAILURES
+
+    def login_failed(self) -> None:
+        self._failures.append(self._clock())
+
     # -- sessions ---------------------------------------------------------------
 
     def new_session(self) -> str:
         """A fresh cookie value."""
-        expiry = str(int(time.time() + self.session_seconds))
+        expiry = str(int(self._clock() + self.session_seconds))
         nonce = secrets.token_urlsafe(18)
         return f"{expiry}.{nonce}.{self.mac('session', expiry, nonce)}"
 
@@ -78,7 +103,7 @@ class Gate:
         expiry, nonce, mac = parts
         if not same(mac, self.mac("session", expiry, nonce)):
             return None
-        if not expiry.isdigit() or int(expiry) <= time.time() or nonce in self._revoked:
+        if not expiry.isdigit() or int(expiry) <= self._clock() or nonce in self._revoked:
             return None
         return nonce
 
@@ -86,7 +111,7 @@ class Gate:
         nonce = self.session_nonce(value)
         if nonce is None:
             return
-        now = time.time()
+        now = self._clock()
         for old, until in list(self._revoked.items()):
             if until <= now:
                 del self._revoked[old]

@@ -29,7 +29,7 @@ from bot.store.models import (
     User,
 )
 from bot.types import utcnow
-from bot.web.admin.auth import COOKIE
+from bot.web.admin.auth import COOKIE, LOGIN_FAILURES
 from tests.web.admin.conftest import ADMIN_TOKEN, Dashboard, open_dashboard
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
@@ -515,3 +515,16 @@ async def test_a_database_failure_is_a_503_page_and_the_rest_keeps_working(
     assert status == 200 and "Zanzibar Quokka" in body
     status, _ = await dash.page("/healthz")
     assert status == 200
+
+
+async def test_many_wrong_tokens_close_the_login_form_but_not_bearer(dash: Dashboard) -> None:
+    for _ in range(LOGIN_FAILURES):
+        status, _ = await dash.post("/admin/login", {"token": "guess"})
+        assert status == 401
+    status, body = await dash.post("/admin/login", {"token": ADMIN_TOKEN})
+    assert status == 429 and "Too many wrong tokens" in body
+    assert COOKIE not in {c.key for c in dash.http.cookie_jar}
+    status, _ = await dash.page("/admin", headers=dash.bearer())
+    assert status == 200
+    outcomes = [e.outcome for e in await audit_rows(dash)]
+    assert outcomes == ["denied"] * LOGIN_FAILURES

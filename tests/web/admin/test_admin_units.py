@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.web.admin.auth import Credential, Gate, same
+from bot.web.admin.auth import LOGIN_FAILURES, LOGIN_WINDOW_S, Credential, Gate, same
 from bot.web.admin.charts import bar_chart, short
 from bot.web.admin.csrf import csrf_ok, csrf_token
 
@@ -61,3 +61,17 @@ def test_bar_chart_escapes_and_handles_empty_data() -> None:
         "4.5M",
         "2G",
     ]
+
+
+def test_the_login_form_is_throttled_after_many_wrong_tokens() -> None:
+    now = [1000.0]
+    gate = Gate("token-one", clock=lambda: now[0])
+    for _ in range(LOGIN_FAILURES - 1):
+        gate.login_failed()
+    assert not gate.login_blocked()
+    gate.login_failed()
+    assert gate.login_blocked()
+    now[0] += LOGIN_WINDOW_S - 1
+    assert gate.login_blocked()
+    now[0] += 1  # the oldest failures age out
+    assert not gate.login_blocked()

@@ -20,7 +20,17 @@ async def login(site: Site, request: web.Request) -> web.StreamResponse:
     form = await request.post()
     token = form.get("token")
     where = f"web {request.remote or '?'}"
+    if site.gate.login_blocked():
+        return site.render(
+            request,
+            None,
+            "login.html",
+            "login",
+            429,
+            error="Too many wrong tokens; try again in a few minutes.",
+        )
     if not isinstance(token, str) or not token or not site.gate.token_ok(token):
+        site.gate.login_failed()
         await site.deps.ops.audit.record(
             actor=ACTOR.handle, action="admin login", outcome="denied", where=where
         )
