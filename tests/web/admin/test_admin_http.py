@@ -147,7 +147,7 @@ async def test_login_sets_a_strict_httponly_cookie_and_logout_ends_it(dash: Dash
         assert response.status == 303
         assert "Quokka" not in await response.text()
     audit = [(e.action, e.outcome) for e in await audit_rows(dash)]
-    assert audit == [("admin login", "denied"), ("admin login", "ok")]
+    assert audit == [("admin login", "denied"), ("admin login", "ok"), ("admin logout", "ok")]
 
 
 async def test_a_tampered_or_foreign_cookie_opens_nothing(dash: Dashboard) -> None:

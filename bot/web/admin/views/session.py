@@ -50,6 +50,9 @@ async def logout(site: Site, request: web.Request, credential: Credential) -> we
     cookie = request.cookies.get(COOKIE)
     if cookie:
         site.gate.revoke(cookie)
+    await site.deps.ops.audit.record(
+        actor=ACTOR.handle, action="admin logout", where=f"web {request.remote or '?'}"
+    )
     response = web.Response(status=303, headers={"Location": "/admin/login"})
     clear_session_cookie(response)
     return response
