@@ -94,6 +94,14 @@ def _wait_for(driver: Any, css: str) -> Any:
     return WebDriverWait(driver, 30).until(ec.presence_of_element_located((By.CSS_SELECTOR, css)))
 
 
+def _click(driver: Any, element: Any) -> None:
+    """Click something that loads a new page, and wait until the old one is gone
+    (so no later lookup finds an element of the page being left)."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 30).until(ec.staleness_of(page))
+
+
 def _shot(driver: Any, name: str) -> Path:
     path = artifacts() / f"{name}.png"
     driver.save_screenshot(str(path))
@@ -111,7 +119,7 @@ def _admin_session(base: str, overview_tokens: str) -> dict[str, Any]:
         _shot(driver, "login")
 
         driver.find_element(By.ID, "token").send_keys(ADMIN_TOKEN)
-        driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+        _click(driver, driver.find_element(By.CSS_SELECTOR, "form.login button"))
         _wait_for(driver, "#messages-total")
         seen["overview_url"] = driver.current_url
         seen["messages"] = driver.find_element(By.ID, "messages-total").text
@@ -122,21 +130,21 @@ def _admin_session(base: str, overview_tokens: str) -> dict[str, Any]:
         )
         _shot(driver, "overview")
 
-        driver.find_element(By.LINK_TEXT, "Users").click()
+        _click(driver, driver.find_element(By.LINK_TEXT, "Users"))
         _wait_for(driver, "#users")
         _shot(driver, "users")
         row = driver.find_element(By.XPATH, "//tr[td[contains(., 'slack:UALICE0001')]]")
         row.find_element(By.CSS_SELECTOR, "input[name=budget]").send_keys("75k")
-        row.find_element(By.XPATH, ".//button[. = 'Set budget']").click()
+        _click(driver, row.find_element(By.XPATH, ".//button[. = 'Set budget']"))
         _wait_for(driver, ".notice")
         seen["notice"] = driver.find_element(By.CSS_SELECTOR, ".notice").text
         row = driver.find_element(By.XPATH, "//tr[td[contains(., 'slack:UALICE0001')]]")
         seen["alice_limit"] = row.find_element(By.CSS_SELECTOR, ".limit").text
         _shot(driver, "users-after-budget")
 
-        driver.find_element(By.LINK_TEXT, "Audit log").click()
+        _click(driver, driver.find_element(By.LINK_TEXT, "Audit log"))
         _wait_for(driver, "#f-action").send_keys("setbudget")
-        driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
+        _click(driver, driver.find_element(By.CSS_SELECTOR, "form.filters button"))
         _wait_for(driver, "#audit tbody tr")
         seen["audit_rows"] = [
             [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
@@ -144,10 +152,10 @@ def _admin_session(base: str, overview_tokens: str) -> dict[str, Any]:
         ]
         _shot(driver, "audit")
 
-        driver.find_element(By.LINK_TEXT, "Runs").click()
+        _click(driver, driver.find_element(By.LINK_TEXT, "Runs"))
         _wait_for(driver, "#runs")
         _shot(driver, "runs")
-        driver.find_element(By.CSS_SELECTOR, "#runs tbody a").click()
+        _click(driver, driver.find_element(By.CSS_SELECTOR, "#runs tbody a"))
         _wait_for(driver, "#run-facts")
         seen["trace_kinds"] = [
             tr.find_elements(By.TAG_NAME, "td")[1].text
@@ -155,11 +163,11 @@ def _admin_session(base: str, overview_tokens: str) -> dict[str, Any]:
         ]
         _shot(driver, "trace")
 
-        driver.find_element(By.LINK_TEXT, "Jobs").click()
+        _click(driver, driver.find_element(By.LINK_TEXT, "Jobs"))
         _wait_for(driver, "#jobs")
         _shot(driver, "jobs")
 
-        driver.find_element(By.CSS_SELECTOR, "form.logout button").click()
+        _click(driver, driver.find_element(By.CSS_SELECTOR, "form.logout button"))
         _wait_for(driver, "#token")
         driver.get(base + "/admin/users")
         _wait_for(driver, "#token")
