@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: help install run chat test lint bench clean
+.PHONY: help install run chat test test-browser lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ chat: $(STAMP)  ## terminal chat with the agent
 test: $(STAMP)  ## import contract + the whole test suite
 	$(BIN)/lint-imports
 	$(BIN)/pytest $(ARGS)
+
+test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
+	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)
 
 lint: $(STAMP)  ## ruff + mypy --strict on the core + import contracts (layers, no cycles)
 	$(BIN)/ruff check bot adapters migrations tests

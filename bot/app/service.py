@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from bot.accounts.audit import Audit
 from bot.accounts.budgets import Budgets
 from bot.accounts.identity import Identity
+from bot.accounts.ops import AdminOps
 from bot.agent.compaction import Summarizer
 from bot.agent.events import EventBus
 from bot.agent.executor import ToolExecutor
@@ -63,6 +64,7 @@ from bot.tools.memory import memory_tools
 from bot.tools.registry import ToolRegistry
 from bot.tools.results import GetToolResult, ResultStore
 from bot.types import utcnow
+from bot.web.admin import AdminDeps, admin_routes
 from bot.web.server import WebServer
 
 log = logging.getLogger("switchboard.app")
@@ -104,6 +106,8 @@ class App:
     web: WebServer | None = field(default=None, init=False)
     metrics: Metrics = field(default_factory=Metrics, init=False)
     """What `GET /metrics` serves; counted by the pipeline, tools, LLM calls, wakeups."""
+    ops: AdminOps = field(init=False)
+    """Budget and role changes (audited), for the admin dashboard."""
     _expected: list[str] = field(default_factory=list, init=False)
     """Platforms being started: not ready until their adapter runs."""
 
@@ -161,6 +165,7 @@ class App:
             self.metrics,
         )
         self.scheduler = extras.scheduler
+        self.ops = extras.ops
         tools = ToolRegistry(
             [
                 *core_tools(errors),
@@ -283,6 +288,10 @@ class App:
         for adapter in created:
             if isinstance(adapter, WebHooks):
                 self.web.add_routes(adapter.routes())
+        if self.secrets.admin_token is not None:  # the dashboard; else /admin is 404
+            inbox = self.pipeline.s.inbox
+            deps = AdminDeps(self.store, self.ops, self.scheduler.jobs, inbox.backlog)
+            self.web.add_routes(admin_routes(deps, self.secrets.admin_token.get_secret_value()))
         await self.web.start()
         for adapter in created:
             self.metrics.serve_platform(adapter.platform)
