@@ -102,7 +102,7 @@ async def test_the_global_cap_holds_and_the_oldest_message_goes_first(
     await wait_until(lambda: app.llm_gate.waiting == THREADS - 2)
     assert fake_anthropic.request_count == 2
     for i in range(THREADS):  # answer whatever is with the model, one at a time
-        await wait_until(lambda: len(order) > i)
+        await wait_until(lambda i=i: len(order) > i)  # type: ignore[misc]
         assert fake_anthropic.request_count <= i + 2  # never more than 2 in flight
         holds[order[i]].set()
     outcomes = await asyncio.gather(*tasks)
@@ -118,7 +118,7 @@ async def test_the_global_cap_holds_and_the_oldest_message_goes_first(
 async def test_a_run_stopped_while_waiting_for_a_place_leaves_nothing_behind(
     make_app, fake_anthropic, holds
 ):
-    app, adapter = await start(make_app, llm={"max_in_flight": 1})
+    app, _ = await start(make_app, llm={"max_in_flight": 1})
     held_replies(fake_anthropic, holds)
     first = asyncio.create_task(app.pipeline.handle(thread_message(0)))
     await fake_anthropic.wait_for_requests(1)
