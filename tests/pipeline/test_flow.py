@@ -17,7 +17,7 @@ from sqlmodel import col, select
 
 from bot.llm.anthropic import AnthropicProvider
 from bot.llm.types import ChatMessage, LLMRequest, TextBlock
-from bot.store.models import InboxItem, Message
+from bot.store.models import InboxItem, Message, TokenLog
 from bot.types import utcnow
 from tests.conftest import TEST_API_KEY
 from tests.fakes.anthropic import FakeAnthropic, last_user_text, text_reply
@@ -175,3 +175,27 @@ async def test_the_connection_pool_is_sized_by_max_connections(fake_anthropic, h
 
     assert await in_flight(2, 6) == 2  # the rest queue for a connection
     assert await in_flight(12, 12) == 12
+
+
+async def test_two_conversations_share_the_cached_system_block(make_app, fake_anthropic):
+    """Through the SDK: two users' first messages, at different times, send the
+    same bytes up to the persona block's breakpoint, and the second reads it
+    from the (simulated) prompt cache."""
+    fake_anthropic.simulate_cache = True
+    fake_anthropic.responder = lambda body: text_reply("Hello!")
+    app, _ = await start(make_app)
+    await app.pipeline.handle(message("hi"))
+    later = utcnow() + timedelta(hours=5)
+    await app.pipeline.handle(
+        message("hi", platform_user_id="bob", user_display_name="Bob",
+                platform_channel_id="other", received_at=later)
+    )  # fmt: skip
+    first, second = (r.body for r in fake_anthropic.requests[-2:])
+    assert first["tools"] == second["tools"]
+    assert first["system"][0] == second["system"][0]  # byte for byte, with its breakpoint
+    assert first["system"][0].get("cache_control") == {"type": "ephemeral"}
+    assert first["system"][1] != second["system"][1]  # who and where: after the breakpoint
+    assert "Alice" in first["system"][1]["text"] and "Alice" not in first["system"][0]["text"]
+    async with app.store.read() as s:
+        logs = (await s.exec(select(TokenLog).order_by(col(TokenLog.id)))).all()
+    assert logs[-1].cache_read_tokens > 0 and logs[0].cache_read_tokens == 0
