@@ -286,14 +286,18 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument(
-        "--only", choices=["burst", "scheduler", "prompt"], action="append", default=None
+        "--only",
+        choices=["burst", "dms", "channel", "scheduler", "prompt"],
+        action="append",
+        default=None,
     )
     args = parser.parse_args()
     parts = args.only or ["burst", "scheduler", "prompt"]
     with tempfile.TemporaryDirectory() as tmp:
         base = f"sqlite+aiosqlite:///{Path(tmp)}"
-        if "burst" in parts:
+        if "burst" in parts or "dms" in parts:
             asyncio.run(burst(f"{base}/dm.db", args.conversations, one_channel=False))
+        if "burst" in parts or "channel" in parts:
             asyncio.run(burst(f"{base}/ch.db", args.conversations, one_channel=True))
         if "scheduler" in parts:
             asyncio.run(scheduler(f"{base}/jobs.db", args.jobs))
