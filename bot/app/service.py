@@ -8,6 +8,8 @@ that platform is enabled.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -39,6 +41,7 @@ from bot.commands.registry import Commands, CommandSpec
 from bot.config import Secrets, Settings
 from bot.conversations import Conversations
 from bot.errors import ConfigError, StartupError
+from bot.llm.gate import FairLimiter, GatedProvider
 from bot.metrics import Metrics
 from bot.personas import sync_personas
 from bot.pipeline.compactor import Compactor
@@ -77,6 +80,11 @@ HEALTH_GRACE_S = 10.0
 after its last answer."""
 
 
+PROVIDER_MODULE = "bot.llm.anthropic"
+"""Imported lazily (the SDK takes seconds to import), in a worker thread so
+the event loop never stalls on it (`import_provider`)."""
+
+
 def make_provider(settings: Settings, secrets: Secrets) -> Provider:
     from bot.llm.anthropic import AnthropicProvider
 
@@ -85,7 +93,13 @@ def make_provider(settings: Settings, secrets: Secrets) -> Provider:
         base_url=settings.llm.base_url,
         max_retries=settings.llm.max_retries,
         timeout=settings.llm.timeout_seconds,
+        max_connections=settings.llm.max_in_flight,
     )
+
+
+async def import_provider() -> None:
+    """Import the SDK off the event loop; `make_provider` then finds it loaded."""
+    await asyncio.to_thread(importlib.import_module, PROVIDER_MODULE)
 
 
 @dataclass
@@ -110,9 +124,12 @@ class App:
     """Budget and role changes (audited), for the admin dashboard."""
     _expected: list[str] = field(default_factory=list, init=False)
     """Platforms being started: not ready until their adapter runs."""
+    llm_gate: FairLimiter = field(init=False)
+    """LLM calls in flight (`[llm] max_in_flight`), oldest message first."""
 
     async def open(self) -> Pipeline:
         if self.provider is None:
+            await import_provider()
             self.provider = make_provider(self.settings, self.secrets)
         self.store = Store(
             self.settings.database.url,
@@ -130,7 +147,10 @@ class App:
         self._database_ready = DatabaseHealth(  # /readyz: our tables answer too
             self.store.ping_tables, timeout=HEALTH_TIMEOUT_S, grace=HEALTH_GRACE_S
         )
-        provider = CountedProvider(self.provider, self.metrics, self.settings.llm.prices)
+        self.llm_gate = FairLimiter(self.settings.llm.max_in_flight)
+        provider = GatedProvider(
+            CountedProvider(self.provider, self.metrics, self.settings.llm.prices), self.llm_gate
+        )
         personas = await sync_personas(self.store, self.settings.personas.dir)
         errors = ErrorChannel(self.store)
         agent, llm, durable = self.settings.agent, self.settings.llm, self.settings.inbox
@@ -270,6 +290,9 @@ class App:
 
     async def start_adapters(self, platforms: Sequence[str]) -> None:
         """Create the adapters named in config and start them."""
+        for name in platforms:  # their libraries load off the event loop
+            with contextlib.suppress(ImportError):  # load_adapter explains it
+                await asyncio.to_thread(importlib.import_module, f"adapters.{name}")
         await self.start([load_adapter(name, self.settings, self.secrets) for name in platforms])
 
     async def start(self, created: Sequence[Adapter]) -> None:
