@@ -225,26 +225,32 @@ class Inbox:
             )
         return int(result.rowcount or 0)
 
-    async def claim_pending(self, conversation_key: str, limit: int = 100) -> list[Taken]:
-        """Take the messages waiting for a conversation this instance runs."""
+    async def claim_pending(
+        self, conversation_key: str, limit: int = 100, session: AsyncSession | None = None
+    ) -> list[Taken]:
+        """Take the messages waiting for a conversation this instance runs (in
+        `session`'s transaction when given: the one taking the conversation's
+        lease, or the one handing it back)."""
         now = utcnow()
-        async with self._store.write() as session:
-            rows = (
-                await session.exec(
-                    update(InboxItem)
-                    .where(
-                        col(InboxItem.conversation_key) == conversation_key,
-                        col(InboxItem.state) == "pending",
-                    )
-                    .values(
-                        state="running",
-                        lease_owner=self.owner,
-                        lease_expires_at=now + self.lease,
-                        attempts=col(InboxItem.attempts) + 1,
-                    )
-                    .returning(*_TAKEN_COLUMNS)
-                )
-            ).all()
+        stmt = (
+            update(InboxItem)
+            .where(
+                col(InboxItem.conversation_key) == conversation_key,
+                col(InboxItem.state) == "pending",
+            )
+            .values(
+                state="running",
+                lease_owner=self.owner,
+                lease_expires_at=now + self.lease,
+                attempts=col(InboxItem.attempts) + 1,
+            )
+            .returning(*_TAKEN_COLUMNS)
+        )
+        if session is None:
+            async with self._store.write() as own:
+                rows = (await own.exec(stmt)).all()
+        else:
+            rows = (await session.exec(stmt)).all()
         return sorted((Taken(*row) for row in rows), key=lambda t: t.id)[:limit]
 
     async def backlog(self) -> tuple[int, datetime | None]:

@@ -22,6 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import OutboxItem
+from bot.store.rows import insert_returning_ids
 from bot.types import Button, Reply, Target, utcnow
 
 log = logging.getLogger("switchboard.outbox")
@@ -88,12 +89,10 @@ class Outbox:
         ]
         if not rows:
             return []
-        session.add_all(rows)
-        await session.flush()
+        ids = await insert_returning_ids(session, rows)
         return [
-            Outgoing(row.id, reply, created_at=now)
-            for row, reply in zip(rows, replies, strict=True)
-            if row.id
+            Outgoing(row_id, reply, created_at=now)
+            for row_id, reply in zip(ids, replies, strict=True)
         ]
 
     async def store(self, replies: Sequence[Reply]) -> list[Outgoing]:

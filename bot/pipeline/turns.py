@@ -1,7 +1,8 @@
 """Persisting one run: the user messages it answered, every tool call and
 result, the reply, the run record, its trace spans, token logs, the budget
 settlement, the final state of its inbox messages and its replies in the
-outbox — in one transaction.
+outbox — in one transaction, with SQLAlchemy Core (one INSERT per table,
+`bot.store.rows`), not the ORM's unit of work.
 
 The inbox update is also the fence: it only finishes messages still leased to
 this instance, and if another instance has taken one over (this process
@@ -29,6 +30,7 @@ from bot.llm.types import ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from bot.pipeline.intake import finish_statement
 from bot.pipeline.outbox import Outbox, Outgoing
 from bot.store.models import InboxItem, Message, Run, StoredFile, TokenLog, TraceSpan
+from bot.store.rows import insert_rows
 from bot.types import IncomingMessage, Reply, Role, utcnow
 
 STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"
@@ -171,11 +173,14 @@ async def write_turn(
     """Write a turn in the caller's transaction. When its messages were already
     finished by someone else (a spooled turn replayed after another instance
     took them over), only what was spent is recorded."""
-    session.add(rows.run)
+    await insert_rows(session, [rows.run])
     finished = await _finish_inbox(session, rows)
     messages = rows.messages if finished else []
-    session.add_all([*messages, *rows.files] if finished else [])
-    session.add_all([*rows.spans, *rows.tokens])
+    if finished:
+        await insert_rows(session, messages)
+        await insert_rows(session, rows.files)
+    await insert_rows(session, rows.spans)
+    await insert_rows(session, rows.tokens)
     charge = None
     for hold, tokens in rows.owed:
         if hold is not None:

@@ -64,6 +64,12 @@ class Store:
         if self.dialect == "sqlite":
             _ensure_sqlite_dir(self.url.database)
             _private_sqlite_file(self.url.database)
+            # Each aiosqlite connection is a thread. Last in, first out: work
+            # done one message at a time keeps reusing the one warm connection
+            # (thread) instead of rotating through the pool, so a message is
+            # not handed between threads; concurrent work still opens more.
+            if self.url.database not in (None, "", ":memory:"):
+                pool = {"pool_use_lifo": True}
         else:
             pool = {
                 "pool_size": pool_size,

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import delete, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.db import Store
 from bot.store.models import Lease
@@ -55,7 +56,10 @@ class Leases:
         seconds: float | None = None,
         user_id: int | None = None,
         run_id: str | None = None,
+        session: AsyncSession | None = None,
     ) -> Held | None:
+        """Take `name` (in `session`'s transaction when given); None when a live
+        instance holds it."""
         now = utcnow()
         expires = now + (self.lease if seconds is None else timedelta(seconds=seconds))
         token = secrets.token_hex(8)
@@ -76,15 +80,21 @@ class Leases:
             set_={k: base.excluded[k] for k in values if k != "name"},
             where=(col(Lease.owner) == self.owner) | (col(Lease.expires_at) < now),
         ).returning(col(Lease.token))
-        async with self._store.write() as session:
+        if session is None:
+            async with self._store.write() as own:
+                row = (await own.exec(stmt)).first()
+        else:
             row = (await session.exec(stmt)).first()
         return Held(name, token) if row is not None else None
 
-    async def release(self, held: Held) -> None:
-        async with self._store.write() as session:
-            await session.exec(
-                delete(Lease).where(col(Lease.name) == held.name, col(Lease.token) == held.token)
-            )
+    async def release(self, held: Held, session: AsyncSession | None = None) -> None:
+        """Free `held` (in `session`'s transaction when given)."""
+        stmt = delete(Lease).where(col(Lease.name) == held.name, col(Lease.token) == held.token)
+        if session is not None:
+            await session.exec(stmt)
+            return
+        async with self._store.write() as own:
+            await own.exec(stmt)
 
     async def renew(self) -> list[str]:
         """Extend this instance's leases; returns the ones asked to stop."""

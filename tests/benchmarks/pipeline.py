@@ -224,7 +224,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--database-url", help="default: a fresh SQLite file")
-    parser.add_argument("--mode", choices=["sequential", "newusers", "concurrent", "both"], default="both")
+    parser.add_argument(
+        "--mode", choices=["sequential", "newusers", "concurrent", "both"], default="both"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.mode in ("sequential", "both"):
