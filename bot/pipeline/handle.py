@@ -35,7 +35,7 @@ from bot.errors import ShuttingDown
 from bot.logs import current_run_id, run_scope
 from bot.pipeline.admission import Admission, current_slot, waiting
 from bot.pipeline.control import Batch, Ticket
-from bot.pipeline.delivery import Delivery
+from bot.pipeline.delivery import Delivery, Ended
 from bot.pipeline.intake import CONVERSATION_LEASE, Taken, with_event_id
 from bot.pipeline.runner import INTERNAL_ERROR_REPLY, Runner
 from bot.pipeline.services import Services
@@ -257,6 +257,7 @@ class Pipeline:
             if await self._adopt_pending(batch, conversation, pending):
                 batch.tickets.sort(key=lambda t: t.payload.origin.received_at)
                 first = batch.tickets[0].payload.origin
+        ended: list[Ended] = []  # recorded with the lease's release, one transaction
         try:
             async with self._delivery.typing(first):
                 result = await self._runner.run(batch, user, conversation, deliver)
@@ -266,11 +267,11 @@ class Pipeline:
                 for reply in result.outcome.replies:
                     await self._delivery.send_unstored(reply)
             else:
-                await self._delivery.send_all(result.outgoing)
+                await self._delivery.send_all(result.outgoing, ended)
             return result.outcome
         finally:
             if held is not None:
-                await asyncio.shield(self._pass_on(conversation.key, held))
+                await asyncio.shield(self._pass_on(conversation.key, held, ended))
 
     async def _take_conversation(
         self, key: str, user_id: int, source: str
@@ -352,13 +353,14 @@ class Pipeline:
             log.info("run.adopted conversation=%s messages=%d", conversation.key, len(taken))
         return added
 
-    async def _pass_on(self, key: str, held: Held) -> None:
-        """After a run: when nothing waits here for the conversation, take the
-        messages other instances left for it (they run next, here); then free
-        the lease — in one transaction. (When something waits here, its run
-        adopts them first.)"""
+    async def _pass_on(self, key: str, held: Held, ended: Sequence[Ended] = ()) -> None:
+        """After a run: record how its replies' deliveries ended; when nothing
+        waits here for the conversation, take the messages other instances left
+        for it (they run next, here); then free the lease — in one transaction.
+        (When something waits here, its run adopts them first.)"""
         try:
             async with self.s.store.write() as session:
+                await self._delivery.record_ended(ended, session)
                 taken = []
                 if not self.s.control.queued(key):
                     taken = await self.s.inbox.claim_pending(key, session=session)
@@ -369,6 +371,7 @@ class Pipeline:
             for item in taken:
                 self._resume_later(item)
             return
+        await self._delivery.finish_ended(ended)
         try:  # at least free the lease
             await self.s.leases.release(held)
         except Exception:

@@ -109,20 +109,31 @@ class Outbox:
             )
 
     async def finish(
-        self, outbox_id: int, state: str, part_ids: Sequence[str], error: str | None = None
+        self,
+        outbox_id: int,
+        state: str,
+        part_ids: Sequence[str],
+        error: str | None = None,
+        *,
+        session: AsyncSession | None = None,
     ) -> None:
-        async with self._store.write() as session:
-            await session.exec(
-                update(OutboxItem)
-                .where(col(OutboxItem.id) == outbox_id)
-                .values(
-                    state=state,
-                    part_ids=list(part_ids),
-                    sent_at=utcnow(),
-                    error=error[:2000] if error else None,
-                    attempts=col(OutboxItem.attempts) + 1,
-                )
+        """Record how a delivery ended (in `session`'s transaction when given)."""
+        stmt = (
+            update(OutboxItem)
+            .where(col(OutboxItem.id) == outbox_id)
+            .values(
+                state=state,
+                part_ids=list(part_ids),
+                sent_at=utcnow(),
+                error=error[:2000] if error else None,
+                attempts=col(OutboxItem.attempts) + 1,
             )
+        )
+        if session is not None:
+            await session.exec(stmt)
+            return
+        async with self._store.write() as own:
+            await own.exec(stmt)
 
     async def renew(self) -> int:
         async with self._store.write() as session:

@@ -18,7 +18,15 @@ from bot.accounts import budgets as budgets_module
 from bot.accounts.budgets import Budgets
 from bot.store import memories as memories_module
 from bot.store.memories import MemoryStore
-from bot.store.models import Budget, Conversation, InboxItem, Lease, PlatformLink, User
+from bot.store.models import (
+    Budget,
+    Conversation,
+    InboxItem,
+    Lease,
+    OutboxItem,
+    PlatformLink,
+    User,
+)
 from tests.fakes.anthropic import text_reply
 from tests.harness import RecordingAdapter, message
 
@@ -152,3 +160,45 @@ async def test_many_first_messages_of_a_new_user_at_once_create_each_row_once(
     assert len(rooms) == 1
     assert open_items == [] and leases == []  # every message answered, the lease handed back
     assert len(adapter.sent) >= 1
+
+
+async def test_a_returning_message_takes_four_write_transactions(make_app, fake_anthropic):
+    """Intake; the conversation's lease with what waits for it; the turn with its
+    replies in the outbox; how the delivery ended with the lease's release."""
+    app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
+    await app.pipeline.handle(message("hi"))
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("again"))).status == "answered"
+    writes = [s for s in seen if s.startswith(("INSERT", "UPDATE", "DELETE"))]
+    if app.store.is_sqlite:
+        assert sum(s.startswith("BEGIN") for s in seen) == 4
+    assert len(writes) <= 13  # the turn's rows: one INSERT per table
+    async with app.store.read() as s:
+        states = (await s.exec(select(OutboxItem.state))).all()
+        leases = (await s.exec(select(Lease))).all()
+    assert states == ["sent", "sent"] and leases == []
+
+
+async def test_when_the_closing_transaction_fails_the_delivery_is_still_recorded(
+    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+):
+    """The database fails the run's last transaction (delivery end, pending
+    claim, lease release): the reply is marked sent on its own and the lease
+    freed, so nothing is sent twice and the conversation is not blocked."""
+    app, adapter = await open_app(make_app)
+    leases = app.pipeline.s.leases
+    release = leases.release
+
+    async def failing(held: Any, session: Any = None) -> None:
+        if session is not None:
+            raise ConnectionError("database cut")
+        await release(held)
+
+    monkeypatch.setattr(leases, "release", failing)
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    async with app.store.read() as s:
+        rows = (await s.exec(select(OutboxItem))).all()
+        held = (await s.exec(select(Lease))).all()
+    assert [(r.state, r.attempts) for r in rows] == [("sent", 1)] and held == []
+    assert len(adapter.sent) == 1
+    assert (await app.pipeline.handle(message("next"))).status == "answered"
