@@ -250,29 +250,14 @@ class Budgets:
     async def _charge(
         self, session: AsyncSession, user_id: int, role: Role, tokens: int
     ) -> Charge | None:
-        cap = self._cap_expression(role)
-        fits = cap.is_(None) | (col(Budget.used) + tokens <= cap)
-        already_full = col(Budget.used) >= cap
-        stmt = (
-            update(Budget)
-            .where(col(Budget.user_id) == user_id, col(Budget.period) == current_period())
-            .values(
-                used=case(
-                    (fits, col(Budget.used) + tokens),
-                    (already_full, col(Budget.used)),
-                    else_=cap,
-                ),
-                overage=col(Budget.overage)
-                + case(
-                    (fits, 0),
-                    (already_full, tokens),
-                    else_=col(Budget.used) + tokens - cap,
-                ),
-                updated_at=utcnow(),
-            )
-            .returning(col(Budget.used), col(Budget.overage))
-        )
-        row = (await session.exec(stmt)).first()
+        params = {
+            "b_user_id": user_id,
+            "b_period": current_period(),
+            "tokens": tokens,
+            "role_limit": self.role_allowance(role),
+            "b_now": utcnow(),
+        }
+        row = (await session.exec(_CHARGE, params=params)).first()
         return None if row is None else Charge(used=int(row[0]), overage=int(row[1]))
 
     async def set_limit(self, user_id: int, mode: LimitMode, tokens: int | None = None) -> None:
@@ -317,14 +302,8 @@ class Budgets:
         return self.role_allowance(role)
 
     def _cap_expression(self, role: Role) -> ColumnElement[Any]:
-        """allowance + granted, computed by the database (NULL = unlimited)."""
-        role_limit = bindparam("role_limit", self.role_allowance(role), type_=BigInteger)
-        allowance = case(
-            (col(Budget.limit_mode) == "unlimited", None),
-            (col(Budget.limit_mode) == "fixed", col(Budget.limit_tokens)),
-            else_=role_limit,
-        )
-        return allowance + col(Budget.granted)
+        """allowance + granted for `role`, computed by the database (NULL = unlimited)."""
+        return _cap(bindparam("role_limit", self.role_allowance(role), type_=BigInteger))
 
     async def _roll_period(self, session: AsyncSession, user_id: int) -> int:
         period = current_period()
@@ -339,3 +318,41 @@ class Budgets:
         if await session.get(Budget, user_id) is None:
             session.add(Budget(user_id=user_id, period=current_period()))
             await session.flush()
+
+
+def _cap(role_limit: Any) -> ColumnElement[Any]:
+    """allowance + granted, computed by the database (NULL = unlimited)."""
+    allowance = case(
+        (col(Budget.limit_mode) == "unlimited", None),
+        (col(Budget.limit_mode) == "fixed", col(Budget.limit_tokens)),
+        else_=role_limit,
+    )
+    return allowance + col(Budget.granted)
+
+
+def _charge_statement() -> Any:
+    """The charge, built once (building this expression costs more than running
+    it): `used` climbs to the cap, the rest goes to `overage`."""
+    cap = _cap(bindparam("role_limit", type_=BigInteger))
+    tokens = bindparam("tokens", type_=BigInteger)
+    fits = cap.is_(None) | (col(Budget.used) + tokens <= cap)
+    already_full = col(Budget.used) >= cap
+    return (
+        update(Budget)
+        .where(
+            col(Budget.user_id) == bindparam("b_user_id"),
+            col(Budget.period) == bindparam("b_period"),
+        )
+        .values(
+            used=case(
+                (fits, col(Budget.used) + tokens), (already_full, col(Budget.used)), else_=cap
+            ),
+            overage=col(Budget.overage)
+            + case((fits, 0), (already_full, tokens), else_=col(Budget.used) + tokens - cap),
+            updated_at=bindparam("b_now"),
+        )
+        .returning(col(Budget.used), col(Budget.overage))
+    )
+
+
+_CHARGE = _charge_statement()

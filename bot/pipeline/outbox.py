@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -118,22 +118,18 @@ class Outbox:
         session: AsyncSession | None = None,
     ) -> None:
         """Record how a delivery ended (in `session`'s transaction when given)."""
-        stmt = (
-            update(OutboxItem)
-            .where(col(OutboxItem.id) == outbox_id)
-            .values(
-                state=state,
-                part_ids=list(part_ids),
-                sent_at=utcnow(),
-                error=error[:2000] if error else None,
-                attempts=col(OutboxItem.attempts) + 1,
-            )
-        )
+        params = {
+            "o_id": outbox_id,
+            "o_state": state,
+            "o_parts": list(part_ids),
+            "o_now": utcnow(),
+            "o_error": error[:2000] if error else None,
+        }
         if session is not None:
-            await session.exec(stmt)
+            await session.exec(_FINISH, params=params)
             return
         async with self._store.write() as own:
-            await own.exec(stmt)
+            await own.exec(_FINISH, params=params)
 
     async def renew(self) -> int:
         async with self._store.write() as session:
@@ -191,6 +187,20 @@ class Outbox:
             Outgoing(r.id or 0, reply_of(r), tuple(r.part_ids or ()), True, r.created_at)
             for r in items
         ]
+
+
+_FINISH = (
+    update(OutboxItem)
+    .where(col(OutboxItem.id) == bindparam("o_id"))
+    .values(
+        state=bindparam("o_state"),
+        part_ids=bindparam("o_parts"),
+        sent_at=bindparam("o_now"),
+        error=bindparam("o_error"),
+        attempts=col(OutboxItem.attempts) + 1,
+    )
+)
+"""`Outbox.finish`, built once (with bind parameters)."""
 
 
 @dataclass

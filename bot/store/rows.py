@@ -35,10 +35,7 @@ async def insert_rows(session: AsyncSession, rows: Sequence[SQLModel]) -> None:
         return
     table: Table = rows[0].__table__  # type: ignore[attr-defined]
     values = [values_of(row) for row in rows]
-    if len(values) == 1:
-        await session.exec(insert(table).values(values[0]))
-    else:
-        await session.exec(insert(table), params=values)
+    await session.exec(_insert(table), params=values[0] if len(values) == 1 else values)
 
 
 async def insert_returning_ids(session: AsyncSession, rows: Sequence[SQLModel]) -> list[int]:
@@ -49,9 +46,22 @@ async def insert_returning_ids(session: AsyncSession, rows: Sequence[SQLModel]) 
     table: Table = rows[0].__table__  # type: ignore[attr-defined]
     values = [values_of(row) for row in rows]
     if len(values) == 1:
-        one = await session.exec(insert(table).values(values[0]).returning(table.c.id))
+        one = await session.exec(_insert(table, returning=True), params=values[0])
         return [int(one.one()[0])]
-    many = await session.exec(
-        insert(table).returning(table.c.id, sort_by_parameter_order=True), params=values
-    )
+    many = await session.exec(_insert(table, returning=True, many=True), params=values)
     return [int(row[0]) for row in many.all()]
+
+
+_STATEMENTS: dict[tuple[str, bool, bool], Any] = {}
+
+
+def _insert(table: Table, *, returning: bool = False, many: bool = False) -> Any:
+    """INSERT for `table`, built once per form: the values come as parameters."""
+    key = (table.name, returning, many)
+    stmt = _STATEMENTS.get(key)
+    if stmt is None:
+        stmt = insert(table)
+        if returning:
+            stmt = stmt.returning(table.c.id, sort_by_parameter_order=many)
+        _STATEMENTS[key] = stmt
+    return stmt
