@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import exists, func, update
+from sqlalchemy import bindparam, exists, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -62,6 +62,57 @@ _RECORD_COLUMNS = (
 
 MAX_HISTORY_ROWS = 2000
 """Safety cap on rows loaded for one run; compaction keeps histories far shorter."""
+
+
+def _head_statement() -> Any:
+    """The persona choice, the history start (`/new`), the latest compaction
+    summary after it and whether the conversation has any message: one query."""
+    start = func.coalesce(col(Conversation.history_start_id), 0)
+
+    def latest(column: Any) -> Any:
+        return (
+            select(column)
+            .where(
+                col(ConversationSummary.conversation_id) == col(Conversation.id),
+                col(ConversationSummary.up_to_message_id) >= start,
+            )
+            .order_by(col(ConversationSummary.id).desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+
+    has_rows = exists().where(col(Message.conversation_id) == col(Conversation.id))
+    return select(  # type: ignore[call-overload]
+        col(Conversation.persona_name),
+        start,
+        latest(col(ConversationSummary.summary)),
+        latest(col(ConversationSummary.up_to_message_id)),
+        has_rows,
+    ).where(col(Conversation.id) == bindparam("c_id"))
+
+
+_HEAD = _head_statement()
+_ROWS = (
+    select(  # type: ignore[call-overload]
+        col(Message.role),
+        col(Message.text),
+        col(Message.tool_use_id),
+        col(Message.tool_name),
+        col(Message.data),
+        col(Message.is_error),
+        col(Message.id),
+        col(Message.user_id),
+        col(Run.user_id),
+    )
+    .outerjoin(Run, col(Run.id) == col(Message.run_id))
+    .where(
+        col(Message.conversation_id) == bindparam("c_id"), col(Message.id) > bindparam("c_after")
+    )
+    .order_by(col(Message.id).desc())
+    .limit(bindparam("c_limit"))
+)
+"""The history rows after a boundary, newest first (built once: these run for
+every message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,50 +208,21 @@ class Conversations:
         (and after the last `/new`), oldest first; at most `max_rows` (the newest).
         Two statements: the conversation with its latest summary (and whether it
         has any message at all); the rows, skipped for a conversation without any."""
-        start = func.coalesce(col(Conversation.history_start_id), 0)
-
-        def latest(column: Any) -> Any:
-            return (
-                select(column)
-                .where(
-                    col(ConversationSummary.conversation_id) == col(Conversation.id),
-                    col(ConversationSummary.up_to_message_id) >= start,
-                )
-                .order_by(col(ConversationSummary.id).desc())
-                .limit(1)
-                .scalar_subquery()
-            )
-
-        has_rows = exists().where(col(Message.conversation_id) == col(Conversation.id))
-        head = select(  # type: ignore[call-overload]
-            col(Conversation.persona_name),
-            start,
-            latest(col(ConversationSummary.summary)),
-            latest(col(ConversationSummary.up_to_message_id)),
-            has_rows,
-        ).where(col(Conversation.id) == conversation.id)
-        persona_name, start_id, summary, up_to, any_rows = (await session.exec(head)).one()
+        params = {"c_id": conversation.id}
+        head = await session.exec(_HEAD, params=params)
+        persona_name, start_id, summary, up_to, any_rows = head.one()
         boundary = max(up_to if up_to is not None else 0, int(start_id) - 1)
         summary = summary or None
         if not any_rows:
             return ConversationState(persona_name, [], summary, boundary)
         rows = (
             await session.exec(
-                select(  # type: ignore[call-overload]
-                    col(Message.role),
-                    col(Message.text),
-                    col(Message.tool_use_id),
-                    col(Message.tool_name),
-                    col(Message.data),
-                    col(Message.is_error),
-                    col(Message.id),
-                    col(Message.user_id),
-                    col(Run.user_id),
-                )
-                .outerjoin(Run, col(Run.id) == col(Message.run_id))
-                .where(col(Message.conversation_id) == conversation.id, col(Message.id) > boundary)
-                .order_by(col(Message.id).desc())
-                .limit(max_rows or MAX_HISTORY_ROWS)
+                _ROWS,
+                params={
+                    "c_id": conversation.id,
+                    "c_after": boundary,
+                    "c_limit": max_rows or MAX_HISTORY_ROWS,
+                },
             )
         ).all()
         history = [
