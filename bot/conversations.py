@@ -2,7 +2,8 @@
 and the stored history sent back to the LLM.
 
 The identity of a conversation (id, key, platform, channel, thread, server)
-never changes, so it is cached in memory; what can change (`/new`, `/persona`)
+never changes, so it is cached in memory (one get-or-create statement when it
+is not); what can change (`/new`, `/persona`)
 is read fresh with the history, in the same statement batch.
 """
 
@@ -11,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import bindparam, exists, func, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import Conversation, ConversationSummary, Message, Run
+from bot.store.rows import values_of
 from bot.types import IncomingMessage, conversation_key
 
 CACHE_LIMIT = 10_000
@@ -49,8 +51,68 @@ class ConversationRecord:
     server_id: str | None
 
 
+_RECORD_COLUMNS = (
+    col(Conversation.id),
+    col(Conversation.key),
+    col(Conversation.platform),
+    col(Conversation.channel_id),
+    col(Conversation.thread_id),
+    col(Conversation.server_id),
+)
+
 MAX_HISTORY_ROWS = 2000
 """Safety cap on rows loaded for one run; compaction keeps histories far shorter."""
+
+
+def _head_statement() -> Any:
+    """The persona choice, the history start (`/new`), the latest compaction
+    summary after it and whether the conversation has any message: one query."""
+    start = func.coalesce(col(Conversation.history_start_id), 0)
+
+    def latest(column: Any) -> Any:
+        return (
+            select(column)
+            .where(
+                col(ConversationSummary.conversation_id) == col(Conversation.id),
+                col(ConversationSummary.up_to_message_id) >= start,
+            )
+            .order_by(col(ConversationSummary.id).desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+
+    has_rows = exists().where(col(Message.conversation_id) == col(Conversation.id))
+    return select(  # type: ignore[call-overload]
+        col(Conversation.persona_name),
+        start,
+        latest(col(ConversationSummary.summary)),
+        latest(col(ConversationSummary.up_to_message_id)),
+        has_rows,
+    ).where(col(Conversation.id) == bindparam("c_id"))
+
+
+_HEAD = _head_statement()
+_ROWS = (
+    select(  # type: ignore[call-overload]
+        col(Message.role),
+        col(Message.text),
+        col(Message.tool_use_id),
+        col(Message.tool_name),
+        col(Message.data),
+        col(Message.is_error),
+        col(Message.id),
+        col(Message.user_id),
+        col(Run.user_id),
+    )
+    .outerjoin(Run, col(Run.id) == col(Message.run_id))
+    .where(
+        col(Message.conversation_id) == bindparam("c_id"), col(Message.id) > bindparam("c_after")
+    )
+    .order_by(col(Message.id).desc())
+    .limit(bindparam("c_limit"))
+)
+"""The history rows after a boundary, newest first (built once: these run for
+every message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,28 +154,42 @@ class Conversations:
         self, platform: str, channel_id: str, thread_id: str | None, server_id: str | None
     ) -> ConversationRecord:
         key = conversation_key(platform, channel_id, thread_id)
-        found = self._cache.get(key) or await self.get(key)
-        if found is None:
-            try:
-                async with self._store.write() as session:
-                    row = Conversation(
-                        key=key,
-                        platform=platform,
-                        channel_id=channel_id,
-                        thread_id=thread_id or "",
-                        server_id=server_id,
-                    )
-                    session.add(row)
-                    await session.flush()
-                    found = _record(row)
-            except IntegrityError:  # created concurrently
-                found = await self.get(key)
-                if found is None:
-                    raise
+        found = self._cache.get(key)
+        if found is None:  # not seen here yet: created, or the row as stored
+            found = await self._create(key, platform, channel_id, thread_id, server_id)
         if len(self._cache) >= CACHE_LIMIT:
             self._cache.clear()
         self._cache[key] = found
         return found
+
+    async def _create(
+        self,
+        key: str,
+        platform: str,
+        channel_id: str,
+        thread_id: str | None,
+        server_id: str | None,
+    ) -> ConversationRecord:
+        """One statement: INSERT … ON CONFLICT (key) DO UPDATE (a no-op) …
+        RETURNING, so a conversation created concurrently is returned as stored
+        (no error, no second query)."""
+        row = Conversation(
+            key=key,
+            platform=platform,
+            channel_id=channel_id,
+            thread_id=thread_id or "",
+            server_id=server_id,
+        )
+        dialect = postgresql if self._store.dialect == "postgresql" else sqlite
+        base = dialect.insert(Conversation).values(values_of(row))
+        stmt = base.on_conflict_do_update(
+            index_elements=[col(Conversation.key)], set_={"key": base.excluded.key}
+        ).returning(*_RECORD_COLUMNS)
+        async with self._store.write() as session:
+            stored = (await session.exec(stmt)).one()
+        return ConversationRecord(
+            stored[0], stored[1], stored[2], stored[3], stored[4] or None, stored[5]
+        )
 
     async def get(self, key: str) -> ConversationRecord | None:
         async with self._store.read() as session:
@@ -129,49 +205,40 @@ class Conversations:
         self, session: AsyncSession, conversation: ConversationRecord, max_rows: int = 0
     ) -> ConversationState:
         """The persona choice, the latest compaction summary and the rows after it
-        (and after the last `/new`), oldest first; at most `max_rows` (the newest)."""
-        persona_name, start = (
-            await session.exec(
-                select(Conversation.persona_name, Conversation.history_start_id).where(
-                    Conversation.id == conversation.id
-                )
-            )
-        ).one()
-        start = start or 0
-        compaction = (
-            await session.exec(
-                select(ConversationSummary.summary, ConversationSummary.up_to_message_id)
-                .where(
-                    ConversationSummary.conversation_id == conversation.id,
-                    col(ConversationSummary.up_to_message_id) >= start,
-                )
-                .order_by(col(ConversationSummary.id).desc())
-                .limit(1)
-            )
-        ).first()
-        summary, boundary = (compaction[0] or None, compaction[1]) if compaction else (None, 0)
-        boundary = max(boundary, start - 1)
+        (and after the last `/new`), oldest first; at most `max_rows` (the newest).
+        Two statements: the conversation with its latest summary (and whether it
+        has any message at all); the rows, skipped for a conversation without any."""
+        params = {"c_id": conversation.id}
+        head = await session.exec(_HEAD, params=params)
+        persona_name, start_id, summary, up_to, any_rows = head.one()
+        boundary = max(up_to if up_to is not None else 0, int(start_id) - 1)
+        summary = summary or None
+        if not any_rows:
+            return ConversationState(persona_name, [], summary, boundary)
         rows = (
             await session.exec(
-                select(Message, Run.user_id)
-                .outerjoin(Run, col(Run.id) == Message.run_id)
-                .where(Message.conversation_id == conversation.id, col(Message.id) > boundary)
-                .order_by(col(Message.id).desc())
-                .limit(max_rows or MAX_HISTORY_ROWS)
+                _ROWS,
+                params={
+                    "c_id": conversation.id,
+                    "c_after": boundary,
+                    "c_limit": max_rows or MAX_HISTORY_ROWS,
+                },
             )
         ).all()
         history = [
             HistoryRow(
-                r.role,
-                r.text,
-                r.tool_use_id,
-                r.tool_name,
-                r.data,
-                r.is_error,
-                r.id,
-                r.user_id if r.user_id is not None else run_user,
+                role,
+                text,
+                tool_use_id,
+                tool_name,
+                data,
+                bool(is_error),
+                row_id,
+                user_id if user_id is not None else run_user,
             )
-            for r, run_user in reversed(rows)
+            for role, text, tool_use_id, tool_name, data, is_error, row_id, user_id, run_user in (
+                reversed(rows)
+            )
         ]
         return ConversationState(persona_name, history, summary, boundary)
 

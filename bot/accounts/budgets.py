@@ -11,11 +11,19 @@ of one user therefore cannot together spend past the allowance. A reservation
 whose process died is never settled: `reserved_until` (pushed forward by every
 reservation, past the longest a call can take) makes such leftovers count as
 0 once no call can still be holding them.
+
+Nothing can use up an unlimited budget, so `check` skips its read for a user
+whose limit (mode and tokens, with the role's allowance) is known to be
+unlimited: the limit read with the row is cached for `LIMIT_CACHE_TTL_S`. A
+change through this object (`set_limit`, `grant`, `reset`) drops it at once; a
+change made by another process (another instance, the CLI) counts within the
+TTL. (A role change comes with the user record, `bot.accounts.identity`.)
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -34,6 +42,9 @@ from bot.types import Role, utcnow
 log = logging.getLogger("switchboard.budget")
 
 LimitMode = Literal["role", "fixed", "unlimited"]
+LIMIT_CACHE_TTL_S = 10.0
+"""How long a user's limit read from the database is trusted by `check`."""
+CACHE_LIMIT = 10_000
 
 
 def period_end(period: str) -> datetime:
@@ -90,6 +101,28 @@ class Budgets:
         self._defaults = defaults
         self._hold = timedelta(seconds=hold_seconds)
         """How long a reservation can be outstanding (longer than any LLM call)."""
+        self._limits: dict[int, tuple[float, str, int | None]] = {}
+        """user id → (read at, limit_mode, limit_tokens), see the module doc."""
+
+    def forget(self, user_id: int | None = None) -> None:
+        """Drop the cached limit of a user (or of all) after a change to it."""
+        if user_id is None:
+            self._limits.clear()
+        else:
+            self._limits.pop(user_id, None)
+
+    def _remember(self, user_id: int, mode: str, tokens: int | None) -> None:
+        if len(self._limits) >= CACHE_LIMIT:
+            self._limits.clear()
+        self._limits[user_id] = (time.monotonic(), mode, tokens)
+
+    def _known_unlimited(self, user_id: int, role: Role) -> str | None:
+        """The limit mode when the cached limit says unlimited, else None."""
+        cached = self._limits.get(user_id)
+        if cached is None or time.monotonic() - cached[0] >= LIMIT_CACHE_TTL_S:
+            return None
+        _, mode, tokens = cached
+        return mode if self._allowance(mode, tokens, role) is None else None
 
     def role_allowance(self, role: Role) -> int | None:
         return self._defaults.for_role(role)
@@ -103,7 +136,9 @@ class Budgets:
         else:
             row = await session.get(Budget, user_id)
         if row is None:
+            self._remember(user_id, "role", None)
             return BudgetStatus(current_period(), self.role_allowance(role), 0, 0, 0, "role")
+        self._remember(user_id, row.limit_mode, row.limit_tokens)
         allowance = self._allowance(row.limit_mode, row.limit_tokens, role)
         if row.period != current_period():  # a new month: nothing used yet
             return BudgetStatus(current_period(), allowance, 0, 0, 0, row.limit_mode)
@@ -112,7 +147,12 @@ class Budgets:
         )
 
     async def check(self, user: UserRecord, session: AsyncSession | None = None) -> BudgetStatus:
-        """Raise `BudgetExceeded` when the user has no tokens left this period."""
+        """Raise `BudgetExceeded` when the user has no tokens left this period.
+        For a budget known to be unlimited, no read: the status returned then
+        has the limit (None) but not the usage."""
+        mode = self._known_unlimited(user.id, user.role)
+        if mode is not None:
+            return BudgetStatus(current_period(), None, 0, 0, 0, mode)
         status = await self.status(user.id, user.role, session)
         if status.exhausted:
             raise BudgetExceeded(
@@ -210,32 +250,18 @@ class Budgets:
     async def _charge(
         self, session: AsyncSession, user_id: int, role: Role, tokens: int
     ) -> Charge | None:
-        cap = self._cap_expression(role)
-        fits = cap.is_(None) | (col(Budget.used) + tokens <= cap)
-        already_full = col(Budget.used) >= cap
-        stmt = (
-            update(Budget)
-            .where(col(Budget.user_id) == user_id, col(Budget.period) == current_period())
-            .values(
-                used=case(
-                    (fits, col(Budget.used) + tokens),
-                    (already_full, col(Budget.used)),
-                    else_=cap,
-                ),
-                overage=col(Budget.overage)
-                + case(
-                    (fits, 0),
-                    (already_full, tokens),
-                    else_=col(Budget.used) + tokens - cap,
-                ),
-                updated_at=utcnow(),
-            )
-            .returning(col(Budget.used), col(Budget.overage))
-        )
-        row = (await session.exec(stmt)).first()
+        params = {
+            "b_user_id": user_id,
+            "b_period": current_period(),
+            "tokens": tokens,
+            "role_limit": self.role_allowance(role),
+            "b_now": utcnow(),
+        }
+        row = (await session.exec(_CHARGE, params=params)).first()
         return None if row is None else Charge(used=int(row[0]), overage=int(row[1]))
 
     async def set_limit(self, user_id: int, mode: LimitMode, tokens: int | None = None) -> None:
+        self.forget(user_id)
         async with self._store.write() as session:
             await self._ensure_row(session, user_id)
             await session.exec(
@@ -243,8 +269,10 @@ class Budgets:
                 .where(col(Budget.user_id) == user_id)
                 .values(limit_mode=mode, limit_tokens=tokens, updated_at=utcnow())
             )
+        self.forget(user_id)  # again: a read during the change may have cached the old
 
     async def grant(self, user_id: int, tokens: int) -> None:
+        self.forget(user_id)
         async with self._store.write() as session:
             await self._ensure_row(session, user_id)
             await self._roll_period(session, user_id)
@@ -253,8 +281,10 @@ class Budgets:
                 .where(col(Budget.user_id) == user_id)
                 .values(granted=col(Budget.granted) + tokens, updated_at=utcnow())
             )
+        self.forget(user_id)  # again: a read during the change may have cached the old
 
     async def reset(self, user_id: int) -> None:
+        self.forget(user_id)
         async with self._store.write() as session:
             await self._ensure_row(session, user_id)
             await session.exec(
@@ -262,6 +292,7 @@ class Budgets:
                 .where(col(Budget.user_id) == user_id)
                 .values(used=0, overage=0, period=current_period(), updated_at=utcnow())
             )
+        self.forget(user_id)  # again: a read during the change may have cached the old
 
     def _allowance(self, mode: str, tokens: int | None, role: Role) -> int | None:
         if mode == "unlimited":
@@ -271,14 +302,8 @@ class Budgets:
         return self.role_allowance(role)
 
     def _cap_expression(self, role: Role) -> ColumnElement[Any]:
-        """allowance + granted, computed by the database (NULL = unlimited)."""
-        role_limit = bindparam("role_limit", self.role_allowance(role), type_=BigInteger)
-        allowance = case(
-            (col(Budget.limit_mode) == "unlimited", None),
-            (col(Budget.limit_mode) == "fixed", col(Budget.limit_tokens)),
-            else_=role_limit,
-        )
-        return allowance + col(Budget.granted)
+        """allowance + granted for `role`, computed by the database (NULL = unlimited)."""
+        return _cap(bindparam("role_limit", self.role_allowance(role), type_=BigInteger))
 
     async def _roll_period(self, session: AsyncSession, user_id: int) -> int:
         period = current_period()
@@ -293,3 +318,41 @@ class Budgets:
         if await session.get(Budget, user_id) is None:
             session.add(Budget(user_id=user_id, period=current_period()))
             await session.flush()
+
+
+def _cap(role_limit: Any) -> ColumnElement[Any]:
+    """allowance + granted, computed by the database (NULL = unlimited)."""
+    allowance = case(
+        (col(Budget.limit_mode) == "unlimited", None),
+        (col(Budget.limit_mode) == "fixed", col(Budget.limit_tokens)),
+        else_=role_limit,
+    )
+    return allowance + col(Budget.granted)
+
+
+def _charge_statement() -> Any:
+    """The charge, built once (building this expression costs more than running
+    it): `used` climbs to the cap, the rest goes to `overage`."""
+    cap = _cap(bindparam("role_limit", type_=BigInteger))
+    tokens = bindparam("tokens", type_=BigInteger)
+    fits = cap.is_(None) | (col(Budget.used) + tokens <= cap)
+    already_full = col(Budget.used) >= cap
+    return (
+        update(Budget)
+        .where(
+            col(Budget.user_id) == bindparam("b_user_id"),
+            col(Budget.period) == bindparam("b_period"),
+        )
+        .values(
+            used=case(
+                (fits, col(Budget.used) + tokens), (already_full, col(Budget.used)), else_=cap
+            ),
+            overage=col(Budget.overage)
+            + case((fits, 0), (already_full, tokens), else_=col(Budget.used) + tokens - cap),
+            updated_at=bindparam("b_now"),
+        )
+        .returning(col(Budget.used), col(Budget.overage))
+    )
+
+
+_CHARGE = _charge_statement()

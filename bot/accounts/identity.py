@@ -17,6 +17,7 @@ from sqlmodel import col, select
 
 from bot.store import Store
 from bot.store.models import Budget, PlatformLink, User
+from bot.store.rows import insert_returning_ids, insert_rows
 from bot.types import IncomingMessage, Role, utcnow
 
 log = logging.getLogger("switchboard.identity")
@@ -149,12 +150,13 @@ class Identity:
         display_name: str | None,
         username: str | None,
     ) -> tuple[User, PlatformLink]:
+        """The user, its platform link and its budget: one transaction of three
+        Core INSERTs. Raises `IntegrityError` (nothing written) when the link was
+        created concurrently."""
         role = Role.OWNER if f"{platform}:{platform_user_id}" in self._owners else Role.GUEST
+        user = User(display_name=display_name, role=role.value)
         async with self._store.write() as session:
-            user = User(display_name=display_name, role=role.value)
-            session.add(user)
-            await session.flush()
-            assert user.id is not None
+            (user.id,) = await insert_returning_ids(session, [user])
             link = PlatformLink(
                 user_id=user.id,
                 platform=platform,
@@ -162,9 +164,8 @@ class Identity:
                 display_name=display_name,
                 username=username,
             )
-            session.add(link)
-            session.add(Budget(user_id=user.id, period=current_period()))
-            await session.flush()
+            (link.id,) = await insert_returning_ids(session, [link])
+            await insert_rows(session, [Budget(user_id=user.id, period=current_period())])
         log.info(
             "user.created id=%s account=%s:%s role=%s", user.id, platform, platform_user_id, role
         )

@@ -121,6 +121,8 @@ class Linking:
             raise
         self._identity.forget(linked.user_id)
         self._identity.forget(linked.merged_user_id)
+        self._budgets.forget(linked.user_id)  # the merge may have set its limit
+        self._budgets.forget(linked.merged_user_id)
         await self._audit.record(
             actor=user.handle,
             actor_user_id=linked.user_id,

@@ -9,6 +9,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.metrics import Metrics
 from bot.pipeline.intake import Inbox
@@ -21,6 +24,16 @@ from bot.types import IncomingMessage, Reply
 log = logging.getLogger("switchboard.pipeline")
 
 TYPING_INTERVAL_S = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How the delivery of one outbox row ended, still to record."""
+
+    outbox_id: int
+    state: str
+    parts: tuple[str, ...]
+    error: str | None = None
 
 
 class Delivery:
@@ -71,9 +84,23 @@ class Delivery:
                 await self.inbox.finish(msgs[0].platform, keys, state, error=error, session=session)
             return await self.outbox.add(session, stored)
 
-    async def send_all(self, items: Sequence[Outgoing]) -> None:
+    async def send_all(self, items: Sequence[Outgoing], ended: list[Ended] | None = None) -> None:
+        """Deliver `items`; with `ended`, how each ended is appended there for the
+        caller to record in a transaction of its own (`record_ended`) instead of
+        one write per reply."""
         for item in items:
-            await self.deliver(item)
+            await self.deliver(item, ended)
+
+    async def record_ended(self, ended: Sequence[Ended], session: AsyncSession) -> None:
+        for end in ended:
+            await self.outbox.finish(
+                end.outbox_id, end.state, end.parts, end.error, session=session
+            )
+
+    async def finish_ended(self, ended: Sequence[Ended]) -> None:
+        """`record_ended` when the caller's transaction failed: one by one, retried."""
+        for end in ended:
+            await self._finish(end.outbox_id, end.state, list(end.parts), end.error)
 
     async def send_unstored(self, reply: Reply) -> bool:
         """Send a reply the database could not store (its turn is spooled)."""
@@ -93,9 +120,10 @@ class Delivery:
         stored = await self.outbox.store([reply])
         return all([await self.deliver(item) for item in stored])
 
-    async def deliver(self, item: Outgoing) -> bool:
+    async def deliver(self, item: Outgoing, ended: list[Ended] | None = None) -> bool:
         """Send one stored reply (after the parts already sent); the row records
-        how it ended. A failure is recorded, never lost."""
+        how it ended (now, or by the caller: see `send_all`). A failure is
+        recorded, never lost."""
         reply = item.reply
         progress = OutboxProgress(
             self.outbox, item.id, list(item.done), item.resumed, item.created_at
@@ -107,10 +135,17 @@ class Delivery:
             await adapter.send(reply, progress)
         except Exception as exc:
             await self.record_failure(reply, exc)
-            await self._finish(item.id, "failed", progress.parts, f"{type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
+            if ended is not None:
+                ended.append(Ended(item.id, "failed", tuple(progress.parts), error))
+            else:
+                await self._finish(item.id, "failed", progress.parts, error)
             return False
         self._metrics.reply_sent(reply.target.platform)
-        await self._finish(item.id, "sent", progress.parts)
+        if ended is not None:
+            ended.append(Ended(item.id, "sent", tuple(progress.parts)))
+        else:
+            await self._finish(item.id, "sent", progress.parts)
         return True
 
     async def _finish(

@@ -36,7 +36,7 @@ from bot.llm.gate import arrival
 from bot.logs import current_run_id, run_scope
 from bot.pipeline.admission import Admission, current_slot, waiting
 from bot.pipeline.control import Batch, Ticket
-from bot.pipeline.delivery import Delivery
+from bot.pipeline.delivery import Delivery, Ended
 from bot.pipeline.intake import CONVERSATION_LEASE, Taken, with_event_id
 from bot.pipeline.runner import INTERNAL_ERROR_REPLY, Runner
 from bot.pipeline.services import Services
@@ -245,8 +245,9 @@ class Pipeline:
         batch.owner = user.id
         if (slot := current_slot.get()) is not None:
             await slot.take()
-        # One run per conversation across instances: the conversation's lease.
-        held = await self._take_conversation(conversation.key, user.id, first.source)
+        # One run per conversation across instances: the conversation's lease
+        # (and, for a message, what others left for it, in the same transaction).
+        held, pending = await self._take_conversation(conversation.key, user.id, first.source)
         if held is None:
             if first.source == "user":
                 return await self._defer(batch, conversation.key)
@@ -254,9 +255,10 @@ class Pipeline:
             return Outcome("failed")
         if first.source == "user":
             self._left_for_us.discard(conversation.key)
-            if await self._adopt_pending(batch, conversation):
+            if await self._adopt_pending(batch, conversation, pending):
                 batch.tickets.sort(key=lambda t: t.payload.origin.received_at)
                 first = batch.tickets[0].payload.origin
+        ended: list[Ended] = []  # recorded with the lease's release, one transaction
         try:
             async with self._delivery.typing(first):
                 result = await self._runner.run(batch, user, conversation, deliver)
@@ -266,23 +268,32 @@ class Pipeline:
                 for reply in result.outcome.replies:
                     await self._delivery.send_unstored(reply)
             else:
-                await self._delivery.send_all(result.outgoing)
+                await self._delivery.send_all(result.outgoing, ended)
             return result.outcome
         finally:
             if held is not None:
-                await asyncio.shield(self._pass_on(conversation.key, held))
+                await asyncio.shield(self._pass_on(conversation.key, held, ended))
 
-    async def _take_conversation(self, key: str, user_id: int, source: str) -> Held | None:
+    async def _take_conversation(
+        self, key: str, user_id: int, source: str
+    ) -> tuple[Held | None, list[Taken]]:
         """The conversation's lease. A message gives up at once (it waits in the
-        inbox instead); a wakeup, which has no inbox row, waits a while for it."""
+        inbox instead) and, once the lease is ours, takes the messages other
+        instances left for the conversation in the same transaction; a wakeup,
+        which has no inbox row, waits a while for the lease."""
         name = CONVERSATION_LEASE + key
-        tries = 1 if source == "user" else WAKEUP_LEASE_TRIES
-        for attempt in range(tries):
+        if source == "user":
+            async with self.s.store.write() as session:
+                held = await self.s.leases.acquire(name, user_id=user_id, session=session)
+                if held is None:
+                    return None, []
+                return held, await self.s.inbox.claim_pending(key, session=session)
+        for attempt in range(WAKEUP_LEASE_TRIES):
             held = await self.s.leases.acquire(name, user_id=user_id)
-            if held is not None or attempt == tries - 1:
-                return held
+            if held is not None or attempt == WAKEUP_LEASE_TRIES - 1:
+                return held, []
             await asyncio.sleep(0.5)
-        return None
+        return None, []
 
     async def _defer(self, batch: Batch, key: str) -> Outcome:
         """Another instance runs this conversation: leave the batch's messages in
@@ -307,15 +318,19 @@ class Pipeline:
         conversation = await self.s.conversations.get(key)
         return [] if conversation is None else await self._adopt_pending(batch, conversation)
 
-    async def _adopt_pending(self, batch: Batch, conversation: ConversationRecord) -> list[Ticket]:
+    async def _adopt_pending(
+        self, batch: Batch, conversation: ConversationRecord, taken: list[Taken] | None = None
+    ) -> list[Ticket]:
         """Messages other instances left for this conversation (it was running
-        here): the sender's join this run (in the order they were received);
-        other people's run after it. Returns the tickets added to the batch."""
-        try:
-            taken = await self.s.inbox.claim_pending(conversation.key)
-        except Exception:
-            log.exception("inbox.pending_not_taken conversation=%s", conversation.key)
-            return []
+        here; `taken`: already claimed): the sender's join this run (in the
+        order they were received); other people's run after it. Returns the
+        tickets added to the batch."""
+        if taken is None:
+            try:
+                taken = await self.s.inbox.claim_pending(conversation.key)
+            except Exception:
+                log.exception("inbox.pending_not_taken conversation=%s", conversation.key)
+                return []
         group = batch.tickets[0].group
         added: list[Ticket] = []
         for item in taken:
@@ -339,17 +354,26 @@ class Pipeline:
             log.info("run.adopted conversation=%s messages=%d", conversation.key, len(taken))
         return added
 
-    async def _pass_on(self, key: str, held: Held) -> None:
-        """After a run: when nothing waits here for the conversation, take the
-        messages other instances left for it (they run next, here); then free
-        the lease. (When something waits here, its run adopts them first.)"""
+    async def _pass_on(self, key: str, held: Held, ended: Sequence[Ended] = ()) -> None:
+        """After a run: record how its replies' deliveries ended; when nothing
+        waits here for the conversation, take the messages other instances left
+        for it (they run next, here); then free the lease — in one transaction.
+        (When something waits here, its run adopts them first.)"""
         try:
-            if not self.s.control.queued(key):
-                for item in await self.s.inbox.claim_pending(key):
-                    self._resume_later(item)
+            async with self.s.store.write() as session:
+                await self._delivery.record_ended(ended, session)
+                taken = []
+                if not self.s.control.queued(key):
+                    taken = await self.s.inbox.claim_pending(key, session=session)
+                await self.s.leases.release(held, session=session)
         except Exception:
             log.exception("inbox.pending_not_taken conversation=%s (the sweep will)", key)
-        try:
+        else:
+            for item in taken:
+                self._resume_later(item)
+            return
+        await self._delivery.finish_ended(ended)
+        try:  # at least free the lease
             await self.s.leases.release(held)
         except Exception:
             log.warning("lease.release_failed conversation=%s (it expires)", key, exc_info=True)

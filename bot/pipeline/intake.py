@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, literal, select, update
+from sqlalchemy import bindparam, func, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -94,22 +94,21 @@ class Inbox:
         assert key, "with_event_id() first"
         now = utcnow()
         try:
+            values = {
+                "platform": msg.platform,
+                "event_id": key,
+                "conversation_key": msg.conversation_key,
+                "source": msg.source,
+                "state": "running",
+                "payload": encode(msg),
+                "deliver": deliver,
+                "attempts": 1,
+                "lease_owner": self.owner,
+                "lease_expires_at": now + self.lease,
+                "created_at": now,
+            }
             async with self._store.write_urgent() as session:
-                await session.exec(
-                    insert(InboxItem).values(
-                        platform=msg.platform,
-                        event_id=key,
-                        conversation_key=msg.conversation_key,
-                        source=msg.source,
-                        state="running",
-                        payload=encode(msg),
-                        deliver=deliver,
-                        attempts=1,
-                        lease_owner=self.owner,
-                        lease_expires_at=now + self.lease,
-                        created_at=now,
-                    )
-                )
+                await session.exec(_ACCEPT, params=values)
         except IntegrityError:
             log.info("inbox.duplicate platform=%s event_id=%s", msg.platform, key)
             return False
@@ -248,26 +247,22 @@ class Inbox:
             )
         return int(result.rowcount or 0)
 
-    async def claim_pending(self, conversation_key: str, limit: int = 100) -> list[Taken]:
-        """Take the messages waiting for a conversation this instance runs."""
-        now = utcnow()
-        async with self._store.write() as session:
-            rows = (
-                await session.exec(
-                    update(InboxItem)
-                    .where(
-                        col(InboxItem.conversation_key) == conversation_key,
-                        col(InboxItem.state) == "pending",
-                    )
-                    .values(
-                        state="running",
-                        lease_owner=self.owner,
-                        lease_expires_at=now + self.lease,
-                        attempts=col(InboxItem.attempts) + 1,
-                    )
-                    .returning(*_TAKEN_COLUMNS)
-                )
-            ).all()
+    async def claim_pending(
+        self, conversation_key: str, limit: int = 100, session: AsyncSession | None = None
+    ) -> list[Taken]:
+        """Take the messages waiting for a conversation this instance runs (in
+        `session`'s transaction when given: the one taking the conversation's
+        lease, or the one handing it back)."""
+        params = {
+            "i_key": conversation_key,
+            "i_owner": self.owner,
+            "i_expires": utcnow() + self.lease,
+        }
+        if session is None:
+            async with self._store.write() as own:
+                rows = (await own.exec(_CLAIM_PENDING, params=params)).all()
+        else:
+            rows = (await session.exec(_CLAIM_PENDING, params=params)).all()
         return sorted((_taken(row) for row in rows), key=lambda t: t.id)[:limit]
 
     async def backlog(self) -> tuple[int, datetime | None]:
@@ -361,6 +356,26 @@ _TAKEN_COLUMNS = (
 def _taken(row: Any) -> Taken:
     id_, platform, event_id, key, attempts, payload, deliver, drafts = row
     return Taken(id_, platform, event_id, key, attempts, payload, deliver, tuple(drafts or ()))
+
+
+_ACCEPT = insert(InboxItem)
+"""`accept`'s INSERT: the values come as parameters (nothing to build per message)."""
+
+_CLAIM_PENDING = (
+    update(InboxItem)
+    .where(
+        col(InboxItem.conversation_key) == bindparam("i_key"),
+        col(InboxItem.state) == "pending",
+    )
+    .values(
+        state="running",
+        lease_owner=bindparam("i_owner"),
+        lease_expires_at=bindparam("i_expires"),
+        attempts=col(InboxItem.attempts) + 1,
+    )
+    .returning(*_TAKEN_COLUMNS)
+)
+"""`claim_pending`, built once (with bind parameters)."""
 
 
 def finish_statement(

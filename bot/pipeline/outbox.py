@@ -16,12 +16,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import OutboxItem
+from bot.store.rows import insert_returning_ids
 from bot.types import Button, Reply, Target, utcnow
 
 log = logging.getLogger("switchboard.outbox")
@@ -90,12 +91,10 @@ class Outbox:
         ]
         if not rows:
             return []
-        session.add_all(rows)
-        await session.flush()
+        ids = await insert_returning_ids(session, rows)
         return [
-            Outgoing(row.id, reply, created_at=now)
-            for row, reply in zip(rows, replies, strict=True)
-            if row.id
+            Outgoing(row_id, reply, created_at=now)
+            for row_id, reply in zip(ids, replies, strict=True)
         ]
 
     async def store(self, replies: Sequence[Reply]) -> list[Outgoing]:
@@ -112,20 +111,27 @@ class Outbox:
             )
 
     async def finish(
-        self, outbox_id: int, state: str, part_ids: Sequence[str], error: str | None = None
+        self,
+        outbox_id: int,
+        state: str,
+        part_ids: Sequence[str],
+        error: str | None = None,
+        *,
+        session: AsyncSession | None = None,
     ) -> None:
-        async with self._store.write() as session:
-            await session.exec(
-                update(OutboxItem)
-                .where(col(OutboxItem.id) == outbox_id)
-                .values(
-                    state=state,
-                    part_ids=list(part_ids),
-                    sent_at=utcnow(),
-                    error=error[:2000] if error else None,
-                    attempts=col(OutboxItem.attempts) + 1,
-                )
-            )
+        """Record how a delivery ended (in `session`'s transaction when given)."""
+        params = {
+            "o_id": outbox_id,
+            "o_state": state,
+            "o_parts": list(part_ids),
+            "o_now": utcnow(),
+            "o_error": error[:2000] if error else None,
+        }
+        if session is not None:
+            await session.exec(_FINISH, params=params)
+            return
+        async with self._store.write() as own:
+            await own.exec(_FINISH, params=params)
 
     async def renew(self) -> int:
         async with self._store.write() as session:
@@ -183,6 +189,20 @@ class Outbox:
             Outgoing(r.id or 0, reply_of(r), tuple(r.part_ids or ()), True, r.created_at)
             for r in items
         ]
+
+
+_FINISH = (
+    update(OutboxItem)
+    .where(col(OutboxItem.id) == bindparam("o_id"))
+    .values(
+        state=bindparam("o_state"),
+        part_ids=bindparam("o_parts"),
+        sent_at=bindparam("o_now"),
+        error=bindparam("o_error"),
+        attempts=col(OutboxItem.attempts) + 1,
+    )
+)
+"""`Outbox.finish`, built once (with bind parameters)."""
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Persisting one run: the user messages it answered, every tool call and
 result, the reply, the run record, its trace spans, token logs, the budget
 settlement, the final state of its inbox messages and its replies in the
-outbox — in one transaction.
+outbox — in one transaction, with SQLAlchemy Core (one INSERT per table,
+`bot.store.rows`), not the ORM's unit of work.
 
 The inbox update is also the fence: it only finishes messages still leased to
 this instance, and if another instance has taken one over (this process
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from sqlalchemy import String, Text, bindparam, func, update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -26,9 +28,10 @@ from bot.conversations import ConversationRecord
 from bot.errors import BotError
 from bot.llm.pricing import estimate_cost
 from bot.llm.types import ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
-from bot.pipeline.intake import finish_statement
+from bot.pipeline.intake import OPEN_STATES
 from bot.pipeline.outbox import Outbox, Outgoing
 from bot.store.models import InboxItem, Message, Run, StoredFile, TokenLog, TraceSpan
+from bot.store.rows import insert_rows
 from bot.types import IncomingMessage, Reply, Role, utcnow
 
 STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"
@@ -171,11 +174,14 @@ async def write_turn(
     """Write a turn in the caller's transaction. When its messages were already
     finished by someone else (a spooled turn replayed after another instance
     took them over), only what was spent is recorded."""
-    session.add(rows.run)
+    await insert_rows(session, [rows.run])
     finished = await _finish_inbox(session, rows)
     messages = rows.messages if finished else []
-    session.add_all([*messages, *rows.files] if finished else [])
-    session.add_all([*rows.spans, *rows.tokens])
+    if finished:
+        await insert_rows(session, messages)
+        await insert_rows(session, rows.files)
+    await insert_rows(session, rows.spans)
+    await insert_rows(session, rows.tokens)
     charge = None
     for hold, tokens in rows.owed:
         if hold is not None:
@@ -193,15 +199,40 @@ async def _finish_inbox(session: AsyncSession, rows: TurnRows) -> bool:
     keys = set(rows.inbox_keys)
     if not keys:
         return True
-    stmt = finish_statement(
-        rows.platform, list(keys), rows.inbox_state, run_id=rows.run.id, error=rows.error
-    )
-    if rows.lease_owner is not None:
-        stmt = stmt.where(col(InboxItem.lease_owner) == rows.lease_owner)
-    done = int((await session.exec(stmt)).rowcount or 0)
+    params = {
+        "f_platform": rows.platform,
+        "f_keys": list(keys),
+        "f_owner": rows.lease_owner,
+        "f_state": rows.inbox_state,
+        "f_now": utcnow(),
+        "f_run": rows.run.id,
+        "f_error": rows.error[:2000] if rows.error else None,
+    }
+    done = int((await session.exec(_FINISH_INBOX, params=params)).rowcount or 0)
     if rows.lease_owner is not None and done < len(keys):
         raise LeaseLost(f"run {rows.run.id}: a message of this run was taken over")
     return done > 0
+
+
+_FINISH_INBOX = (
+    update(InboxItem)
+    .where(
+        col(InboxItem.platform) == bindparam("f_platform"),
+        col(InboxItem.event_id).in_(bindparam("f_keys", expanding=True)),
+        col(InboxItem.state).in_(OPEN_STATES),
+        bindparam("f_owner", type_=String).is_(None)
+        | (col(InboxItem.lease_owner) == bindparam("f_owner", type_=String)),
+    )
+    .values(
+        state=bindparam("f_state"),
+        finished_at=bindparam("f_now"),
+        run_id=bindparam("f_run"),
+        error=func.coalesce(bindparam("f_error", type_=Text), col(InboxItem.error)),
+    )
+)
+"""The turn's messages finished (only those still leased to this instance when
+`f_owner` is given), built once: `bot.pipeline.intake.finish_statement` with
+the fence."""
 
 
 def token_logs(

@@ -33,6 +33,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import StartupError
+from bot.store import sqlite_driver
 from bot.store.diagnose import explain, missing_tables
 
 log = logging.getLogger("switchboard.store")
@@ -64,6 +65,17 @@ class Store:
         if self.dialect == "sqlite":
             _ensure_sqlite_dir(self.url.database)
             _private_sqlite_file(self.url.database)
+            # Each aiosqlite connection is a thread. Last in, first out: work
+            # done one message at a time keeps reusing the one warm connection
+            # (thread) instead of rotating through the pool, so a message is
+            # not handed between threads; concurrent work still opens more.
+            if self.url.database not in (None, "", ":memory:") and not self.url.query:
+                database = self.url.database
+                pool = {
+                    "pool_use_lifo": True,
+                    # one thread hand-off per statement (`bot.store.sqlite_driver`)
+                    "async_creator": lambda: sqlite_driver.connect(database),
+                }
         else:
             pool = {
                 "pool_size": pool_size,

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, update
+from sqlalchemy import bindparam, delete, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.db import Store
 from bot.store.models import Lease
@@ -47,6 +48,7 @@ class Leases:
         self._store = store
         self.owner = owner
         self.lease = timedelta(seconds=lease_seconds)
+        self._acquire: Any = None
 
     async def acquire(
         self,
@@ -55,36 +57,39 @@ class Leases:
         seconds: float | None = None,
         user_id: int | None = None,
         run_id: str | None = None,
+        session: AsyncSession | None = None,
     ) -> Held | None:
+        """Take `name` (in `session`'s transaction when given); None when a live
+        instance holds it."""
         now = utcnow()
         expires = now + (self.lease if seconds is None else timedelta(seconds=seconds))
         token = secrets.token_hex(8)
-        values = {
-            "name": name,
-            "owner": self.owner,
-            "token": token,
-            "expires_at": expires,
-            "user_id": user_id,
-            "run_id": run_id,
-            "stop_requested_by": None,
-            "acquired_at": now,
+        params = {
+            "l_name": name,
+            "l_owner": self.owner,
+            "l_token": token,
+            "l_expires_at": expires,
+            "l_user_id": user_id,
+            "l_run_id": run_id,
+            "l_now": now,
         }
-        insert = postgresql.insert if self._store.dialect == "postgresql" else sqlite.insert
-        base = insert(Lease).values(**values)
-        stmt = base.on_conflict_do_update(
-            index_elements=[col(Lease.name)],
-            set_={k: base.excluded[k] for k in values if k != "name"},
-            where=(col(Lease.owner) == self.owner) | (col(Lease.expires_at) < now),
-        ).returning(col(Lease.token))
-        async with self._store.write() as session:
-            row = (await session.exec(stmt)).first()
+        if self._acquire is None:
+            self._acquire = _acquire_statement(self._store.dialect)
+        if session is None:
+            async with self._store.write() as own:
+                row = (await own.exec(self._acquire, params=params)).first()
+        else:
+            row = (await session.exec(self._acquire, params=params)).first()
         return Held(name, token) if row is not None else None
 
-    async def release(self, held: Held) -> None:
-        async with self._store.write() as session:
-            await session.exec(
-                delete(Lease).where(col(Lease.name) == held.name, col(Lease.token) == held.token)
-            )
+    async def release(self, held: Held, session: AsyncSession | None = None) -> None:
+        """Free `held` (in `session`'s transaction when given)."""
+        params = {"l_name": held.name, "l_token": held.token}
+        if session is not None:
+            await session.exec(_RELEASE, params=params)
+            return
+        async with self._store.write() as own:
+            await own.exec(_RELEASE, params=params)
 
     async def renew(self) -> list[str]:
         """Extend this instance's leases; returns the ones asked to stop."""
@@ -146,3 +151,31 @@ def _info(row: Lease) -> LeaseInfo:
     return LeaseInfo(
         row.name, row.owner, row.expires_at, row.user_id, row.run_id, row.stop_requested_by
     )
+
+
+def _acquire_statement(dialect: str) -> Any:
+    """The upsert of `acquire`, built once (with bind parameters): insert the
+    lease, or take it over when it is ours or expired; RETURNING says whether."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    values: dict[str, Any] = {
+        "name": bindparam("l_name"),
+        "owner": bindparam("l_owner"),
+        "token": bindparam("l_token"),
+        "expires_at": bindparam("l_expires_at"),
+        "user_id": bindparam("l_user_id"),
+        "run_id": bindparam("l_run_id"),
+        "stop_requested_by": None,
+        "acquired_at": bindparam("l_now"),
+    }
+    base = insert(Lease).values(**values)
+    return base.on_conflict_do_update(
+        index_elements=[col(Lease.name)],
+        set_={k: base.excluded[k] for k in values if k != "name"},
+        where=(col(Lease.owner) == bindparam("l_owner"))
+        | (col(Lease.expires_at) < bindparam("l_now")),
+    ).returning(col(Lease.token))
+
+
+_RELEASE = delete(Lease).where(
+    col(Lease.name) == bindparam("l_name"), col(Lease.token) == bindparam("l_token")
+)

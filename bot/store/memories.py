@@ -5,15 +5,21 @@ The same code runs on both databases: SQLite searches the FTS5 table
 index on ``to_tsvector('simple', text)``; both are created by migration 0003.
 A query is split into words, each matched as a prefix (so "deploy" finds
 "deployment"), any word may match, and results are ranked (bm25 / ts_rank).
+
+Most users have no memories, so `search` first asks whether the user has any
+and remembers the answer: "some" for good (memories are never deleted), "none"
+for `NO_MEMORIES_TTL_S` (a memory saved by this process counts at once; one
+saved by another instance sharing the database, within that time).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, text
+from sqlalchemy import exists, func, text
 from sqlmodel import col, select
 
 from bot.store import Store
@@ -28,6 +34,9 @@ these they this to was we were what when where which who why will with would you
 yours please tell know about just like want need get
 """
 STOPWORDS = frozenset(re.findall(r"\w+", _STOPWORDS))
+NO_MEMORIES_TTL_S = 10.0
+"""How long "this user has no memories" is trusted without asking the database."""
+CACHE_LIMIT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,10 @@ def _record(row: Memory) -> MemoryRecord:
 class MemoryStore:
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._some: set[int] = set()
+        """Users known to have memories."""
+        self._none_since: dict[int, float] = {}
+        """Users known to have none, since this `time.monotonic()`."""
 
     async def save(
         self,
@@ -86,6 +99,7 @@ class MemoryStore:
             )
             session.add(row)
             await session.flush()
+            self._known_some(user_id)
             return _record(row), True
 
     async def get(self, user_id: int, memory_id: int) -> MemoryRecord | None:
@@ -96,7 +110,7 @@ class MemoryStore:
     async def search(self, user_id: int, query: str, limit: int = 5) -> list[MemoryRecord]:
         """The user's memories best matching any word of `query`, best first."""
         terms = search_terms(query)
-        if not terms or limit <= 0:
+        if not terms or limit <= 0 or not await self._any(user_id):
             return []
         if self._store.is_sqlite:
             statement = text(
@@ -125,6 +139,31 @@ class MemoryStore:
             rows = (await session.exec(select(Memory).where(col(Memory.id).in_(ids)))).all()
         by_id = {row.id: row for row in rows}
         return [_record(by_id[i]) for i in ids if i in by_id]
+
+    async def _any(self, user_id: int) -> bool:
+        """Whether the user has memories (cached, see the module doc)."""
+        if user_id in self._some:
+            return True
+        since = self._none_since.get(user_id)
+        if since is not None and time.monotonic() - since < NO_MEMORIES_TTL_S:
+            return False
+        async with self._store.read() as session:
+            found = bool(
+                (await session.exec(select(exists().where(col(Memory.user_id) == user_id)))).one()
+            )
+        if found:
+            self._known_some(user_id)
+        else:
+            if len(self._none_since) >= CACHE_LIMIT:
+                self._none_since.clear()
+            self._none_since[user_id] = time.monotonic()
+        return found
+
+    def _known_some(self, user_id: int) -> None:
+        if len(self._some) >= CACHE_LIMIT:
+            self._some.clear()
+        self._some.add(user_id)
+        self._none_since.pop(user_id, None)
 
     async def count(self, user_id: int) -> int:
         async with self._store.read() as session:

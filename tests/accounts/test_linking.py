@@ -125,6 +125,20 @@ async def test_the_higher_role_and_an_explicit_limit_survive(make_app, fake_anth
     assert "of 123 tokens" in await command(app, "/budget")
 
 
+async def test_a_limit_adopted_by_linking_counts_for_the_next_message(make_app, fake_anthropic):
+    # The kept user's budget was known unlimited (cached); the merge gives it the
+    # other account's explicit limit, which the next message must see.
+    app, _ = await started(make_app, FakeClock(), budgets={"guest": "unlimited"})
+    assert (await app.pipeline.handle(message("hi", **TELEGRAM))).status == "answered"
+    alice = await app.pipeline.s.identity.resolve(message("-"))
+    await app.pipeline.s.budgets.set_limit(alice.id, "fixed", 1)
+    code = code_of(await command(app, "/link", **TELEGRAM))
+    await command(app, f"/link {code}")
+    calls = fake_anthropic.request_count
+    assert (await app.pipeline.handle(message("again", **TELEGRAM))).status == "refused"
+    assert fake_anthropic.request_count == calls
+
+
 async def _audit(app: Any) -> list[AuditEntry]:
     async with app.store.read() as s:
         return list((await s.exec(select(AuditEntry).order_by(col(AuditEntry.id)))).all())

@@ -9,6 +9,10 @@ them the floor: a minimal durable bot on aiosqlite doing the same essential I/O
 per message (store the event in an inbox, then one transaction with both
 messages, the reply in an outbox and the inbox row marked done).
 
+Mode "newusers": the same, but every message is the first message of a new
+user in a new conversation (user, platform link, budget and conversation are
+created on the way); prints the same figures.
+
 Mode "concurrent": C conversations at once, the provider sleeping 1 s per call;
 prints the total wall time (ideal: just over 1 s).
 
@@ -81,7 +85,7 @@ class NullAdapter:
 def msg(i: int, conversation: int, mode: str = "seq") -> IncomingMessage:
     return IncomingMessage(
         platform="bench",
-        platform_user_id=f"{mode}-user{conversation}",
+        platform_user_id=f"{RUN}-{mode}-user{conversation}",
         platform_channel_id=f"{RUN}-{mode}-chan{conversation}",
         text=f"message number {i}",
         platform_message_id=str(i),
@@ -121,17 +125,18 @@ class SqlCounter:
         self.commits += 1
 
 
-async def sequential(url: str, n: int, conversations: int) -> None:
+async def sequential(url: str, n: int, conversations: int, new_users: bool = False) -> None:
     app, adapter = await open_app(url, 0.0)
     for i in range(50):  # warm up: create users and conversations, fill caches
         await app.pipeline.handle(msg(-i - 1, i % conversations))
+    mode = "new" if new_users else "seq"  # "new": conversation i, a new user each time
     counter = SqlCounter({app.store.engine, app.store.urgent_engine})
     latencies = []
     cpu = time.process_time()
     started = time.perf_counter()
     for i in range(n):
         t0 = time.perf_counter()
-        await app.pipeline.handle(msg(i, i % conversations))
+        await app.pipeline.handle(msg(i, i if new_users else i % conversations, mode))
         latencies.append((time.perf_counter() - t0) * 1000)
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu
@@ -139,7 +144,10 @@ async def sequential(url: str, n: int, conversations: int) -> None:
     latencies.sort()
     p50 = statistics.median(latencies)
     floor = await minimal_bot(url, n) if url.startswith("sqlite") else None
-    print(f"sequential: {n} messages over {conversations} conversations in {elapsed:.2f} s")
+    if new_users:
+        print(f"new users: {n} first messages, each from a new user, in {elapsed:.2f} s")
+    else:
+        print(f"sequential: {n} messages over {conversations} conversations in {elapsed:.2f} s")
     print(f"  throughput   {n / elapsed:8.1f} messages/s")
     print(f"  latency p50  {p50:8.2f} ms" + (f"  (floor {floor[0]:.2f} ms)" if floor else ""))
     print(f"  latency p99  {latencies[int(len(latencies) * 0.99) - 1]:8.2f} ms")
@@ -216,12 +224,17 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--database-url", help="default: a fresh SQLite file")
-    parser.add_argument("--mode", choices=["sequential", "concurrent", "both"], default="both")
+    parser.add_argument(
+        "--mode", choices=["sequential", "newusers", "concurrent", "both"], default="both"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.mode in ("sequential", "both"):
             url = args.database_url or f"sqlite+aiosqlite:///{Path(tmp) / 'seq.db'}"
             asyncio.run(sequential(url, args.messages, 50))
+        if args.mode in ("newusers", "both"):
+            url = args.database_url or f"sqlite+aiosqlite:///{Path(tmp) / 'new.db'}"
+            asyncio.run(sequential(url, args.messages, 50, new_users=True))
         if args.mode in ("concurrent", "both"):
             url = args.database_url or f"sqlite+aiosqlite:///{Path(tmp) / 'conc.db'}"
             asyncio.run(concurrent(url, args.conversations))

@@ -1,0 +1,67 @@
+"""Writing model rows with SQLAlchemy Core instead of the ORM unit of work.
+
+The hot path builds `SQLModel` rows (so the spool, tests and the rest of the
+code keep one shape) and writes them with one Core INSERT per table: an
+executemany for several rows, no identity map, no flush. The columns written
+are exactly the ones the ORM would have written (every field's value as set,
+a primary key left out while it is None)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Table, insert
+from sqlmodel import SQLModel
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+
+def values_of(row: SQLModel) -> dict[str, Any]:
+    """The row as column values for an INSERT."""
+    table: Table = row.__table__  # type: ignore[attr-defined]
+    values: dict[str, Any] = {}
+    for column in table.columns:
+        value = getattr(row, column.key)
+        if value is None and column.primary_key:
+            continue
+        values[column.key] = value
+    return values
+
+
+async def insert_rows(session: AsyncSession, rows: Sequence[SQLModel]) -> None:
+    """Insert rows of one model in the caller's transaction, in order, with one
+    statement (an executemany when there are several)."""
+    if not rows:
+        return
+    table: Table = rows[0].__table__  # type: ignore[attr-defined]
+    values = [values_of(row) for row in rows]
+    await session.exec(_insert(table), params=values[0] if len(values) == 1 else values)
+
+
+async def insert_returning_ids(session: AsyncSession, rows: Sequence[SQLModel]) -> list[int]:
+    """Insert rows of one model (primary keys unset) and return their new ids,
+    in the rows' order, with one statement."""
+    if not rows:
+        return []
+    table: Table = rows[0].__table__  # type: ignore[attr-defined]
+    values = [values_of(row) for row in rows]
+    if len(values) == 1:
+        one = await session.exec(_insert(table, returning=True), params=values[0])
+        return [int(one.one()[0])]
+    many = await session.exec(_insert(table, returning=True, many=True), params=values)
+    return [int(row[0]) for row in many.all()]
+
+
+_STATEMENTS: dict[tuple[str, bool, bool], Any] = {}
+
+
+def _insert(table: Table, *, returning: bool = False, many: bool = False) -> Any:
+    """INSERT for `table`, built once per form: the values come as parameters."""
+    key = (table.name, returning, many)
+    stmt = _STATEMENTS.get(key)
+    if stmt is None:
+        stmt = insert(table)
+        if returning:
+            stmt = stmt.returning(table.c.id, sort_by_parameter_order=many)
+        _STATEMENTS[key] = stmt
+    return stmt

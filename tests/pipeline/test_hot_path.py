@@ -1,0 +1,204 @@
+"""The hot path's shortcuts keep behaviour: cached budget limits and "no
+memories" answers see changes, a new user's first message creates each row
+once even when many arrive at once, and the work skipped is really skipped
+(statements counted on the real engine, SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func
+from sqlmodel import select
+
+from bot.accounts import budgets as budgets_module
+from bot.accounts.budgets import Budgets
+from bot.store import memories as memories_module
+from bot.store.memories import MemoryStore
+from bot.store.models import (
+    Budget,
+    Conversation,
+    InboxItem,
+    Lease,
+    OutboxItem,
+    PlatformLink,
+    User,
+)
+from tests.fakes.anthropic import text_reply
+from tests.harness import RecordingAdapter, message
+
+BOSS = {"admin": {"owners": ["console:boss"]}}
+
+
+async def open_app(make_app, **sections):  # type: ignore[no-untyped-def]
+    app = await make_app(**sections)
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    return app, adapter
+
+
+@contextmanager
+def statements(app: Any) -> Iterator[list[str]]:
+    """The SQL statements the app runs inside the block."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    engines = {app.store.engine.sync_engine, app.store.urgent_engine.sync_engine}
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", record)
+
+
+def reading(seen: list[str], table: str) -> list[str]:
+    """Queries reading rows of `table` (or, for memories, touching it at all)."""
+    if table == "memories":
+        return [s for s in seen if "memories" in s]
+    return [s for s in seen if s.startswith(f"SELECT {table}.")]
+
+
+async def test_a_budget_changed_by_an_admin_counts_for_the_next_message(make_app, fake_anthropic):
+    app, adapter = await open_app(make_app, budgets={"guest": "unlimited"}, **BOSS)
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    assert (await app.pipeline.handle(message("hi again"))).status == "answered"  # cached
+
+    boss = {"platform_user_id": "boss", "user_display_name": "Boss"}
+    done = await app.pipeline.handle(message("/setbudget console:alice 1", **boss))
+    assert done.status == "command" and "set" in adapter.texts[-1]
+    calls = fake_anthropic.request_count
+    refused = await app.pipeline.handle(message("and now?"))
+    assert refused.status == "refused" and "allowance" in adapter.texts[-1]
+    assert fake_anthropic.request_count == calls  # no LLM call
+
+    await app.pipeline.handle(message("/setbudget console:alice unlimited", **boss))
+    assert (await app.pipeline.handle(message("back?"))).status == "answered"
+
+
+async def test_a_budget_changed_by_another_process_counts_once_the_cache_expires(
+    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+):
+    app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    user = await app.pipeline.s.identity.resolve(message("x"))
+    # The CLI (another process): its own Budgets object on the same database.
+    await Budgets(app.store, app.settings.budgets).set_limit(user.id, "fixed", 1)
+    monkeypatch.setattr(budgets_module, "LIMIT_CACHE_TTL_S", 0.0)
+    assert (await app.pipeline.handle(message("still?"))).status == "refused"
+
+
+async def test_an_unlimited_user_without_memories_costs_no_budget_or_memory_read(
+    make_app, fake_anthropic
+):
+    app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
+    await app.pipeline.handle(message("remember nothing"))
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("what about cheese"))).status == "answered"
+    assert reading(seen, "budgets") == [] and reading(seen, "memories") == []
+    assert reading(seen, "messages")  # a returning conversation: its history is read
+
+
+async def test_the_first_message_of_a_conversation_reads_no_history(make_app, fake_anthropic):
+    app, _ = await open_app(make_app)
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("hello"))).status == "answered"
+    assert reading(seen, "messages") == []
+    assert fake_anthropic.last_request.messages[0]["content"][0]["text"] == "hello"
+
+
+async def test_a_memory_saved_here_is_recalled_at_once_and_one_saved_elsewhere_after_the_ttl(
+    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+):
+    app, _ = await open_app(make_app)
+    await app.pipeline.handle(message("hello"))
+    user = await app.pipeline.s.identity.resolve(message("x"))
+    here: MemoryStore = app.pipeline.s.memories
+    assert await here.search(user.id, "cheese") == []  # "none" is now cached
+
+    elsewhere = MemoryStore(app.store)  # another instance on the same database
+    await elsewhere.save(user.id, "Alice likes cheese")
+    assert await here.search(user.id, "cheese") == []  # within the TTL
+    monkeypatch.setattr(memories_module, "NO_MEMORIES_TTL_S", 0.0)
+    assert [m.text for m in await here.search(user.id, "cheese")] == ["Alice likes cheese"]
+
+    bob = await app.pipeline.s.identity.resolve(message("x", platform_user_id="bob"))
+    monkeypatch.setattr(memories_module, "NO_MEMORIES_TTL_S", 60.0)
+    assert await here.search(bob.id, "tea") == []
+    await here.save(bob.id, "Bob drinks tea")  # saved here: counts at once
+    assert [m.text for m in await here.search(bob.id, "tea")] == ["Bob drinks tea"]
+
+
+async def test_many_first_messages_of_a_new_user_at_once_create_each_row_once(
+    make_app, fake_anthropic
+):
+    app, adapter = await open_app(make_app)
+    fake_anthropic.script(*(text_reply("ok") for _ in range(12)))
+    new = {"platform_user_id": "newcomer", "platform_channel_id": "fresh-room"}
+    outcomes = await asyncio.gather(
+        *(app.pipeline.handle(message(f"hi {i}", event_id=f"n-{i}", **new)) for i in range(12))
+    )
+    assert all(o.status in ("answered", "merged") for o in outcomes), outcomes
+    async with app.store.read() as s:
+        links = (
+            await s.exec(select(PlatformLink).where(PlatformLink.platform_user_id == "newcomer"))
+        ).all()
+        users = (await s.exec(select(func.count()).select_from(User))).one()
+        budgets = (await s.exec(select(func.count()).select_from(Budget))).one()
+        rooms = (
+            await s.exec(select(Conversation).where(Conversation.channel_id == "fresh-room"))
+        ).all()
+        open_items = (await s.exec(select(InboxItem).where(InboxItem.state != "answered"))).all()
+        leases = (await s.exec(select(Lease))).all()
+    assert len(links) == 1 and users == 1 and budgets == 1  # no orphan user or budget
+    assert len(rooms) == 1
+    assert open_items == [] and leases == []  # every message answered, the lease handed back
+    assert len(adapter.sent) >= 1
+
+
+async def test_a_returning_message_takes_four_write_transactions(make_app, fake_anthropic):
+    """Intake; the conversation's lease with what waits for it; the turn with its
+    replies in the outbox; how the delivery ended with the lease's release."""
+    app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
+    await app.pipeline.handle(message("hi"))
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("again"))).status == "answered"
+    writes = [s for s in seen if s.startswith(("INSERT", "UPDATE", "DELETE"))]
+    if app.store.is_sqlite:
+        assert sum(s.startswith("BEGIN") for s in seen) == 4
+    assert len(writes) <= 13  # the turn's rows: one INSERT per table
+    async with app.store.read() as s:
+        states = (await s.exec(select(OutboxItem.state))).all()
+        leases = (await s.exec(select(Lease))).all()
+    assert states == ["sent", "sent"] and leases == []
+
+
+async def test_when_the_closing_transaction_fails_the_delivery_is_still_recorded(
+    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+):
+    """The database fails the run's last transaction (delivery end, pending
+    claim, lease release): the reply is marked sent on its own and the lease
+    freed, so nothing is sent twice and the conversation is not blocked."""
+    app, adapter = await open_app(make_app)
+    leases = app.pipeline.s.leases
+    release = leases.release
+
+    async def failing(held: Any, session: Any = None) -> None:
+        if session is not None:
+            raise ConnectionError("database cut")
+        await release(held)
+
+    monkeypatch.setattr(leases, "release", failing)
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    async with app.store.read() as s:
+        rows = (await s.exec(select(OutboxItem))).all()
+        held = (await s.exec(select(Lease))).all()
+    assert [(r.state, r.attempts) for r in rows] == [("sent", 1)] and held == []
+    assert len(adapter.sent) == 1
+    assert (await app.pipeline.handle(message("next"))).status == "answered"
