@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import re
 
+from bot.agent.events import Event
 from bot.agent.sanitize import SILENT_TOKEN, sanitize
+
+ACTIVITIES = {"thinking": "thinking", "tool_exec": "working", "compacting": "tidying up history"}
+"""The activity shown for each `activity` event kind."""
 
 _HIDDEN_TAGS = frozenset(
     [
@@ -102,6 +106,43 @@ class StreamFilter:
                     break
             index += 1
         self._safe_end = index
+
+
+class RunView:
+    """What a live view shows of one run, from its events: the text of the LLM
+    call streaming now (the final reply is the last call's text, so each call
+    starts afresh, but a reply cut by max_tokens goes on) and what the agent is
+    doing. `text` is safe to show (`StreamFilter`)."""
+
+    def __init__(self) -> None:
+        self.stream = StreamFilter()
+        self.activity: str | None = "thinking"
+        self.continuing = False
+        self.ended = False
+
+    @property
+    def text(self) -> str:
+        return self.stream.visible()
+
+    def observe(self, event: Event) -> None:
+        data = event.data
+        if event.type in ("run.completed", "run.failed", "run.cancelled"):
+            self.ended = True
+        elif event.type == "chunk":
+            self.stream.feed(str(data.get("text", "")))
+            self.activity = None
+        elif event.type == "activity":
+            kind = str(data.get("kind"))
+            if kind == "thinking" and not self.continuing:
+                self.stream = StreamFilter()  # a new call: its text is the reply now
+            self.continuing = False
+            using = self.activity is not None and self.activity.startswith("using")
+            if kind != "tool_exec" or not using:
+                self.activity = ACTIVITIES.get(kind, "working")
+        elif event.type == "run.retrying":
+            self.continuing = data.get("detail") == "continuing"
+        elif event.type == "tool.call":
+            self.activity = f"using {data.get('tool', 'a tool')}"
 
 
 def _opening(text: str, index: int) -> bool | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from bot.accounts.audit import Audit
 from bot.agent.events import Event, EventBus
-from bot.agent.streaming import StreamFilter
+from bot.agent.streaming import RunView
 from bot.app import App, load_adapter
 from bot.cli.common import actor
 from bot.config import Secrets, Settings
@@ -28,8 +28,6 @@ from bot.errors import StartupError
 from bot.ports import Interactive, LiveView, Progress
 
 log = logging.getLogger("switchboard.cli.chat")
-
-ACTIVITIES = {"thinking": "thinking", "tool_exec": "working", "compacting": "tidying up history"}
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -117,44 +115,19 @@ async def claim_owner(app: App, console: Interactive) -> None:
 async def follow_runs(bus: EventBus, view: LiveView) -> None:
     """Show the view's conversations' runs as they go, until cancelled."""
     keys = set(view.conversation_keys())
-    runs: dict[str, _Run] = {}
+    runs: dict[str, RunView] = {}
     async with bus.subscribe() as events:
         async for event in events:
             if event.conversation_key in keys:
                 view.show(_progress(event, runs))
 
 
-class _Run:
-    """What the view shows of one run: the text of the LLM call streaming now
-    (the final reply is the last call's text, so each call starts afresh, but
-    a reply cut by max_tokens goes on) and the current activity."""
-
-    def __init__(self) -> None:
-        self.stream = StreamFilter()
-        self.activity: str | None = "thinking"
-        self.continuing = False
-
-
-def _progress(event: Event, runs: dict[str, _Run]) -> Progress:
+def _progress(event: Event, runs: dict[str, RunView]) -> Progress:
     if event.type in ("run.completed", "run.failed", "run.cancelled"):
         runs.pop(event.run_id, None)
         return Progress(event.run_id, ended=True)
     run = runs.get(event.run_id)
     if run is None or event.type == "run.started":
-        run = runs[event.run_id] = _Run()
-    data = event.data
-    if event.type == "chunk":
-        run.stream.feed(str(data.get("text", "")))
-        run.activity = None
-    elif event.type == "activity":
-        kind = str(data.get("kind"))
-        if kind == "thinking" and not run.continuing:
-            run.stream = StreamFilter()  # a new call: its text is the reply now
-        run.continuing = False
-        if kind != "tool_exec" or run.activity is None or not run.activity.startswith("using"):
-            run.activity = ACTIVITIES.get(kind, "working")
-    elif event.type == "run.retrying":
-        run.continuing = data.get("detail") == "continuing"
-    elif event.type == "tool.call":
-        run.activity = f"using {data.get('tool', 'a tool')}"
-    return Progress(event.run_id, run.stream.visible(), run.activity)
+        run = runs[event.run_id] = RunView()
+    run.observe(event)
+    return Progress(event.run_id, run.text, run.activity)

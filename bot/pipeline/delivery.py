@@ -36,6 +36,9 @@ class Delivery:
     def attach(self, adapter: Adapter) -> None:
         self._adapters[adapter.platform] = adapter
 
+    def adapter(self, platform: str) -> Adapter | None:
+        return self._adapters.get(platform)
+
     @property
     def platforms(self) -> list[str]:
         return list(self._adapters)

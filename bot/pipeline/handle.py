@@ -55,10 +55,10 @@ class Pipeline:
         self.s = services
         self.events = services.bus
         """Run events for subscribers (`bot.agent.events`)."""
-        self._delivery = Delivery(
-            services.store, services.inbox, services.outbox, services.metrics
+        self._delivery = Delivery(services.store, services.inbox, services.outbox, services.metrics)
+        self._runner = Runner(
+            services, self._delivery.conclude, self._adopt_notified, self._delivery.adapter
         )
-        self._runner = Runner(services, self._delivery.conclude, self._adopt_notified)
         self._active: set[asyncio.Task[object]] = set()
         self._resuming: set[asyncio.Task[None]] = set()
         self._left_for_us: set[str] = set()

@@ -48,7 +48,8 @@ def reply_of(row: OutboxItem) -> Reply:
         server_id=row.server_id,
     )
     buttons = tuple(Button(label, command) for label, command in row.buttons or ())
-    return Reply(row.text, target, row.kind, row.private, buttons)  # type: ignore[arg-type]
+    drafts = tuple(row.drafts or ())
+    return Reply(row.text, target, row.kind, row.private, buttons, drafts)  # type: ignore[arg-type]
 
 
 class Outbox:
@@ -80,6 +81,7 @@ class Outbox:
                 private=r.private,
                 text=r.text,
                 buttons=[[b.label, b.command] for b in r.buttons] or None,
+                drafts=list(r.drafts) or None,
                 lease_owner=self.owner,
                 lease_expires_at=now + self.lease,
                 created_at=now,

@@ -31,6 +31,7 @@ from bot.llm.tokens import prompt_tokens
 from bot.logs import claim_run_id, current_run_id, run_scope
 from bot.personas import PersonaRecord
 from bot.pipeline.control import Batch, RunEnd, Ticket
+from bot.pipeline.live import LiveReply, open_live, settle
 from bot.pipeline.metering import RunMeter
 from bot.pipeline.outbox import Outgoing
 from bot.pipeline.services import Services
@@ -95,10 +96,18 @@ tickets added to the batch (`Pipeline._adopt_pending`)."""
 
 
 class Runner:
-    def __init__(self, services: Services, conclude: Conclude, adopt: Adopt | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        conclude: Conclude,
+        adopt: Adopt | None = None,
+        adapter: Callable[[str], object] | None = None,
+    ) -> None:
         self.s = services
         self._conclude = conclude
         self._adopt = adopt
+        self._adapter = adapter
+        """The adapter of a platform (streamed replies), if any."""
 
     async def run(
         self,
@@ -150,11 +159,14 @@ class Runner:
         events = RunEvents(s.bus, run.id, conversation.key)
         events.emit("run.started", source=first.source, model=run.model, inputs=len(inputs))
         started = time.perf_counter()
+        live = self._live(run, deliver)
         try:
             end, error = await s.control.run_task(
                 batch, s.agent.run(spec, state), s.settings.agent.run_timeout_seconds
             )
         except asyncio.CancelledError:  # shutting down: the messages go back to the inbox
+            if live is not None:
+                await asyncio.shield(live.cancel())
             if s.actions is not None:
                 s.actions.take_held(run.id)  # still pending; /pending lists them
             events.emit("run.cancelled", reason="shutdown")
@@ -167,6 +179,8 @@ class Runner:
         held = s.actions.take_held(run.id) if s.actions is not None else []
         if held:  # the Confirm / Cancel prompts go out with the run's answer
             outcome = dataclasses.replace(outcome, replies=outcome.replies + prompts(held, first))
+        if live is not None:  # the reply replaces what was streamed
+            outcome = await settle(live, outcome, first)
         replies = outcome.replies if deliver else ()
         saved = await s.writer.save(self._turn(run, state, batch, result, meter, replies))
         _log_run(result.status, run, state, started, saved.turn)
@@ -179,6 +193,15 @@ class Runner:
         if saved.spooled:
             return RunResult(outcome, None)
         return RunResult(Outcome("failed", (), run.id), [])  # taken over: not ours to send
+
+    def _live(self, run: _Run, deliver: bool) -> LiveReply | None:
+        if not deliver or self._adapter is None:
+            return None
+        adapter = self._adapter(run.first.platform)
+        s = self.s
+        return open_live(
+            adapter, s.settings.streaming, s.bus, run.first, run.id, run.conversation.key
+        )
 
     def _count(self, status: str, first: IncomingMessage, started: float) -> None:
         metrics = self.s.metrics

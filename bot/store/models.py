@@ -257,6 +257,8 @@ class OutboxItem(SQLModel, table=True):
     private: bool = False
     text: str = Field(sa_type=Text)
     buttons: list[list[str]] | None = Field(default=None, sa_type=JSON)
+    drafts: list[str] | None = Field(default=None, sa_type=JSON)
+    """Streamed messages the reply is edited into (`Reply.drafts`)."""
     state: str = Field(default="pending", max_length=16)
     part_ids: list[str] | None = Field(default=None, sa_type=JSON)
     attempts: int = 0

@@ -1,0 +1,229 @@
+"""Streamed replies: a run's text shown on its platform while the model writes.
+
+`LiveReply` follows one run's events (`bot.agent.events`) through a `RunView`
+(so nothing that must stay hidden is ever shown: a possible `NO_REPLY`,
+reasoning, text-form tool calls) and updates the adapter's `LiveMessage` at
+most once per interval, one update at a time. A `RateLimited` answer pauses
+the updates for as long as the platform asks; any other failure ends the live
+view (the run and its final reply go on). When the run is over, `finish` stops
+the updates and closes the live message; the final reply is then stored and
+sent as always, carrying the drafts to edit (`Reply.drafts`), so what the
+user ends with is exactly the non-streamed reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+
+from bot.agent.events import Event, EventBus, Subscription
+from bot.agent.streaming import RunView
+from bot.config import StreamingSettings
+from bot.errors import RateLimited
+from bot.ports import LiveMessage, Streaming
+from bot.types import IncomingMessage, Outcome, Reply, Target
+
+log = logging.getLogger("switchboard.streaming")
+
+MAX_PAUSE_S = 30.0
+"""A rate limit asking for a longer pause ends the updates of this reply."""
+LAST_UPDATE_WAIT_S = 10.0
+"""How long `finish` lets an update already on its way complete."""
+STOPPED_MARK = "_(stopped)_"
+QUEUE_SIZE = 100_000
+"""Events buffered for the reader (a dropped chunk would garble the view)."""
+
+
+class LiveReply:
+    def __init__(
+        self,
+        message: LiveMessage,
+        bus: EventBus,
+        run_id: str,
+        conversation_key: str,
+        *,
+        platform: str,
+        interval: float,
+    ) -> None:
+        self.message = message
+        self.platform = platform
+        self.run_id = run_id
+        self.interval = interval
+        self.view = RunView()
+        self.shown = ""
+        """The text (without the activity line) of the last update that went out."""
+        self.updates = 0
+        self._last_activity: str | None = None
+        self._subscription: Subscription = bus.subscribe(
+            conversation_key=conversation_key, maxsize=QUEUE_SIZE
+        )
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._reader = asyncio.create_task(self._read(), name=f"live-read:{run_id}")
+        self._writer = asyncio.create_task(self._write(), name=f"live-write:{run_id}")
+
+    @property
+    def text(self) -> str:
+        """The safe text of the reply so far (what a stopped reply keeps)."""
+        return self.view.text
+
+    async def finish(self) -> tuple[str, ...]:
+        """Stop updating, close the live message and return its drafts."""
+        self._drain()
+        self._reader.cancel()
+        self._stopping.set()
+        self._changed.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        done, _ = await asyncio.wait({self._writer}, timeout=LAST_UPDATE_WAIT_S)
+        if not done:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+        self._subscription.close()
+        with contextlib.suppress(Exception):
+            await self.message.close()
+        return tuple(self.message.drafts())
+
+    async def discard(self) -> None:
+        """The run shows nothing after all: remove what was posted."""
+        with contextlib.suppress(Exception):
+            await self.message.discard()
+
+    async def cancel(self) -> None:
+        """The run was abandoned (shutdown): stop and remove what was shown; the
+        message is answered again by whoever takes it over."""
+        await self.finish()
+        await self.discard()
+
+    def _drain(self) -> None:
+        """Take the events already published (the run is over: none will come)."""
+        for event in self._subscription.pending():
+            self._observe(event)
+
+    async def _read(self) -> None:
+        async for event in self._subscription:
+            self._observe(event)
+
+    def _observe(self, event: Event) -> None:
+        if event.run_id == self.run_id:
+            self.view.observe(event)
+            self._changed.set()
+
+    async def _write(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                await self._changed.wait()
+                self._changed.clear()
+                if self._stopping.is_set():
+                    return
+                text = self.view.text or self.shown
+                if not text:
+                    continue  # nothing safe to show yet: the typing indicator goes on
+                shown = _with_activity(text, self.view.activity)
+                if shown == _with_activity(self.shown, self._last_activity):
+                    continue
+                pause = await self._update(shown)
+                if pause is None:
+                    return
+                self.shown, self._last_activity = text, self.view.activity
+                await self._sleep(max(pause, self.interval))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the live view is cosmetic: never fail a run over it
+            log.exception("stream.failed platform=%s run=%s", self.platform, self.run_id)
+
+    async def _update(self, text: str) -> float | None:
+        """Send one update; the pause before the next, or None to stop updating."""
+        try:
+            await self.message.update(text)
+        except RateLimited as exc:
+            if exc.retry_after > MAX_PAUSE_S:
+                log.warning(
+                    "stream.rate_limited platform=%s run=%s retry_after=%.1f: updates stop",
+                    self.platform,
+                    self.run_id,
+                    exc.retry_after,
+                )
+                return None
+            log.info(
+                "stream.rate_limited platform=%s run=%s retry_after=%.1f",
+                self.platform,
+                self.run_id,
+                exc.retry_after,
+            )
+            return exc.retry_after
+        except Exception as exc:
+            log.warning(
+                "stream.update_failed platform=%s run=%s: %s: %s (the final reply still goes out)",
+                self.platform,
+                self.run_id,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        self.updates += 1
+        return 0.0
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+
+def _with_activity(text: str, activity: str | None) -> str:
+    """The reply so far and, while a tool runs, a status line under it."""
+    if not text or activity is None or not activity.startswith("using"):
+        return text
+    return f"{text}\n\n_{activity}…_"
+
+
+def stopped_text(text: str) -> str:
+    """What a reply cut by /stop ends as: its text so far, marked."""
+    return f"{text.rstrip()}\n\n{STOPPED_MARK}"
+
+
+def open_live(
+    adapter: object,
+    settings: StreamingSettings,
+    bus: EventBus,
+    first: IncomingMessage,
+    run_id: str,
+    conversation_key: str,
+) -> LiveReply | None:
+    """A live view of the run answering `first`, where its platform streams."""
+    platform = first.platform
+    if not settings.enabled_for(platform) or not isinstance(adapter, Streaming):
+        return None
+    try:
+        message = adapter.open_stream(reply_target(first))
+    except Exception:
+        log.exception("stream.open_failed platform=%s run=%s", platform, run_id)
+        return None
+    if message is None:
+        return None
+    interval = settings.interval_for(platform)
+    return LiveReply(message, bus, run_id, conversation_key, platform=platform, interval=interval)
+
+
+async def settle(live: LiveReply, outcome: Outcome, first: IncomingMessage) -> Outcome:
+    """End the live view and fit the run's outcome to what it showed: the first
+    reply replaces the streamed messages; a stopped run keeps its text so far,
+    marked as stopped; a run with nothing to say removes what was shown."""
+    drafts = await live.finish()
+    shown = bool(drafts) or live.updates > 0
+    if outcome.status == "cancelled" and shown and live.text.strip():
+        notice = Reply(stopped_text(live.text), reply_target(first), "notice", drafts=drafts)
+        return dataclasses.replace(outcome, replies=(notice, *outcome.replies))
+    if not outcome.replies:
+        if shown:
+            await live.discard()
+        return outcome
+    head, *rest = outcome.replies
+    return dataclasses.replace(outcome, replies=(dataclasses.replace(head, drafts=drafts), *rest))
+
+
+def reply_target(first: IncomingMessage) -> Target:
+    """Where the run's reply goes: in a group, as a reply to the message."""
+    return first.target(as_reply=first.chat_type == "group")
