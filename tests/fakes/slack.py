@@ -110,6 +110,8 @@ class FakeSlack(StreamMethods):
     downloads: list[tuple[str, bool]] = field(default_factory=list)
     """(file id, whether the bot token came with the request)."""
     unknown_channels: set[str] = field(default_factory=set)
+    left_channels: set[str] = field(default_factory=set)
+    """Channels the bot is not in: posting and streaming answer not_in_channel."""
     block_problems: list[str] = field(default_factory=list)
     """Why chat.postMessage answered `invalid_blocks`."""
     files: dict[str, StoredFile] = field(default_factory=dict)
@@ -354,6 +356,8 @@ class FakeSlack(StreamMethods):
         text = call.args.get("text")
         if not channel or channel in self.unknown_channels:
             return _error(call, "channel_not_found")
+        if channel in self.left_channels:
+            return _error(call, "not_in_channel")
         if not text and not call.args.get("blocks"):
             return _error(call, "no_text")
         if len(str(text)) > MAX_TEXT:

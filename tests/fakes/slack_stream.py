@@ -56,6 +56,7 @@ class StreamMethods:
     no_streams: set[str]
     block_problems: list[str]
     unknown_channels: set[str]
+    left_channels: set[str]
     bot_user_id: str
     bot_id: str
     _ts: Any
@@ -98,6 +99,8 @@ class StreamMethods:
         channel = str(call.args.get("channel") or "")
         if not channel or channel in self.unknown_channels:
             return error(call, "channel_not_found")
+        if channel in self.left_channels:
+            return error(call, "not_in_channel")
         if channel in self.no_streams:
             return error(call, "channel_type_not_supported")
         if not call.args.get("thread_ts"):
