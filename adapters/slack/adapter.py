@@ -51,6 +51,11 @@ Slack refuses it is not asked again. Empty (the default): nothing is shown.
 
 Private replies to a message (not a slash command) go to the thread like any
 other: a `Reply` does not say who asked, which `chat.postEphemeral` needs.
+
+Streaming (`open_stream`, `streaming.py`): a reply in a thread streams natively
+(`chat.startStream` / `appendStream` / `stopStream`) to the asker; elsewhere it
+is posted, then edited. `send` edits those messages (`Reply.drafts`) into the
+final reply's parts.
 """
 
 from __future__ import annotations

@@ -52,6 +52,12 @@ CLOSE_WAIT_S = 3.0
 """How long `close` waits out a 429 on `chat.stopStream` before trying once more."""
 STREAM_OVER = frozenset({"message_not_in_streaming_state", "stopped_by_user", "message_not_found"})
 """Answers that mean the stream is gone (expired after ~5 minutes, stopped)."""
+NOT_ABOUT_STREAMING = frozenset(
+    {"not_in_channel", "channel_not_found", "is_archived", "internal_error", "fatal_error"}
+)
+"""Refusals of `chat.startStream` that say nothing about streaming in that
+channel (any other one, e.g. `channel_type_not_supported`, and the channel
+gets posts and edits from then on)."""
 
 
 class Refused(DeliveryFailed):
@@ -207,8 +213,9 @@ class SlackLiveMessage:
                     recipient_team_id=team,
                 ),
             )
-        except DeliveryFailed:
-            self._refused(self._channel)  # not asked again for this channel
+        except Refused as exc:
+            if exc.error not in NOT_ABOUT_STREAMING:
+                self._refused(self._channel)  # not asked again for this channel
             raise
         self._stream_ts = str(response.get("ts") or "")
         self._posted, self._shown = [self._stream_ts], [None]

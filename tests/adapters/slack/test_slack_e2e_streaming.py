@@ -6,10 +6,13 @@ non-streamed rendering."""
 
 from __future__ import annotations
 
+import asyncio
+
 from adapters.slack import render
 from bot.pipeline.live import STOPPED_MARK
 from tests.adapters.slack.support import Rig, channel_message, dm, mention
-from tests.fakes.anthropic import text_reply
+from tests.fakes.anthropic import text_reply, tool_call, tool_use_reply
+from tests.probes import ProbeTool
 
 pytest_plugins = ("tests.adapters.slack.fixtures",)
 
@@ -128,3 +131,28 @@ async def test_stop_mid_stream_leaves_the_partial_text_marked(rig_factory, fake_
     assert streamed["text"].endswith(STOPPED_MARK)
     assert streamed["text"].startswith("Here")  # the partial text, kept
     assert "Stopped." in [m["text"] for m in slack.messages]
+
+
+async def test_a_tool_shows_as_a_status_line_the_final_text_replaces(rig_factory, fake_anthropic):
+    gate = asyncio.Event()
+
+    async def slow(tool: ProbeTool, args: object) -> str:
+        await gate.wait()
+        return "found it"
+
+    rig = await rig_factory(sections=STREAMING, tools=[ProbeTool("lookup", slow)])
+    slack = rig.slack
+    fake_anthropic.script(
+        tool_use_reply(tool_call("lookup"), text="Let me look that up."),
+        text_reply("It is **42**.", chunk_size=4, chunk_delay=0.01),
+    )
+    await rig.event(dm("what is it?", ts="1700000001.000200", thread_ts=THREAD))
+    await slack.wait_for(lambda: bool(slack.messages) and "lookup" in slack.messages[0]["text"])
+    assert slack.messages[0]["text"] == "Let me look that up.\n\n_using lookup…_"  # streamed
+    gate.set()
+    await rig.adapter.idle()
+
+    (message,) = slack.messages  # one message throughout: no extra one for the activity
+    assert message["text"] == "It is *42*."
+    assert message["streaming"] is False
+    assert "chat.postMessage" not in methods(rig)

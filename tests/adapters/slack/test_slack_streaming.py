@@ -392,3 +392,22 @@ async def test_broadcasts_in_a_native_stream_stay_inert(setup):
     text = setup.slack.messages[0]["text"]
     assert "@channel" not in text and "<!here>" not in text and "<@U0BOB>" not in text
     assert text.replace("\u200d", "") == "Tell @channel and <!here> about <@U0BOB>"
+
+
+async def test_an_empty_final_reply_deletes_the_drafts(setup):
+    live = setup.adapter.open_stream(DM_TOP)
+    await live.update("something")
+    assert await setup.adapter.send(final("  ", DM_TOP, live.drafts())) == []
+    assert setup.slack.messages == [] and len(setup.slack.deleted) == 1
+
+
+async def test_a_channel_the_bot_left_is_not_marked_as_refusing_streams(setup):
+    slack = setup.slack
+    await setup.hear(channel_message(mention("hi"), ts=CHANNEL_THREAD.thread_id))
+    slack.fail("chat.startStream", error="not_in_channel")
+    slack.fail("chat.postMessage", error="not_in_channel")
+    live = setup.adapter.open_stream(CHANNEL_THREAD)
+    with pytest.raises(DeliveryFailed, match="not_in_channel"):
+        await live.update("hello")
+    again = setup.adapter.open_stream(CHANNEL_THREAD)
+    assert isinstance(again, SlackLiveMessage) and again.native
