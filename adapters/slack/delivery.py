@@ -41,7 +41,15 @@ no longer ours to change."""
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
 
 
-class Unchangeable(DeliveryFailed):
+class Refused(DeliveryFailed):
+    """Slack answered a call with an error (other than a 429)."""
+
+    def __init__(self, method: str, error: str) -> None:
+        super().__init__(f"{method} failed: {error}")
+        self.error = error
+
+
+class Unchangeable(Refused):
     """The message cannot be edited or deleted (see `UNCHANGEABLE`)."""
 
 
@@ -165,8 +173,10 @@ class Poster:
     ) -> str:
         """Edit draft `ts` into this part (`blocks=[]` removes a streamed
         message's own blocks); a draft that is gone or can no longer be edited
-        is replaced by a new message."""
-        try:
+        is replaced by a new message. A draft still streaming (its process died
+        before `chat.stopStream`) is stopped, then edited."""
+
+        async def edit() -> None:
             await self._call(
                 channel,
                 "chat.update",
@@ -174,10 +184,33 @@ class Poster:
                     channel=channel, ts=ts, text=text, blocks=list(blocks or [])
                 ),
             )
+
+        try:
+            try:
+                await edit()
+            except Unchangeable:
+                raise
+            except Refused:
+                if not await self._stopped(channel, ts):
+                    raise
+                await edit()
             return ts
         except Unchangeable as exc:
             log.warning("slack.draft_lost channel=%s ts=%s: %s; posting it anew", channel, ts, exc)
             return await self._post_one(channel, text, thread_ts, blocks)
+
+    async def _stopped(self, channel: str, ts: str) -> bool:
+        """Whether `ts` was a native stream still open, now stopped."""
+        try:
+            await self._call(
+                channel,
+                "chat.stopStream",
+                lambda: self._client.chat_stopStream(channel=channel, ts=ts),
+            )
+        except DeliveryFailed:
+            return False
+        log.info("slack.stream_left_open channel=%s ts=%s: stopped", channel, ts)
+        return True
 
     async def _call(
         self, channel: str, method: str, call: Callable[[], Awaitable[AsyncSlackResponse]]
@@ -210,8 +243,8 @@ class Poster:
                 if status >= 500 and not last:
                     await self._backoff(channel, attempt, f"HTTP {status}")
                     continue
-                failure = Unchangeable if error in UNCHANGEABLE else DeliveryFailed
-                raise failure(f"{method} failed: {error or f'HTTP {status}'}") from None
+                failure = Unchangeable if error in UNCHANGEABLE else Refused
+                raise failure(method, error or f"HTTP {status}") from None
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if last:
                     raise DeliveryFailed(

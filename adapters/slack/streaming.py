@@ -38,7 +38,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from adapters.slack.delivery import Sleep, api_error, message_args, retry_after
+from adapters.slack.delivery import Refused, Sleep, api_error, message_args, retry_after
 from adapters.slack.render import render, stream_safe
 from bot.errors import DeliveryFailed, RateLimited
 from bot.types import IncomingMessage, Target
@@ -58,14 +58,6 @@ NOT_ABOUT_STREAMING = frozenset(
 """Refusals of `chat.startStream` that say nothing about streaming in that
 channel (any other one, e.g. `channel_type_not_supported`, and the channel
 gets posts and edits from then on)."""
-
-
-class Refused(DeliveryFailed):
-    """Slack answered a call with an error (other than a 429)."""
-
-    def __init__(self, method: str, error: str) -> None:
-        super().__init__(f"{method} failed: {error}")
-        self.error = error
 
 
 class Streams:

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from adapters.slack import render
+from bot.pipeline.live import INTERRUPTED_NOTE
 from tests.conftest import TEST_API_KEY, Database
 from tests.fakes.anthropic import FakeAnthropic, text_reply
 from tests.fakes.slack import FakeSlack, event_body
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.timeout(240)
 
 ANSWER = "A streamed answer, **finished** before the kill. " * 4
 THREAD = "1700000001.000001"
+NOTE = render(INTERRUPTED_NOTE)[0]
 
 
 def thread_dm(text: str, ts: str) -> dict[str, Any]:
@@ -42,7 +44,7 @@ async def test_a_kill_during_the_final_edit_edits_once_more_after_the_restart(
     database: Database, tmp_path: Path
 ) -> None:
     async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
-        model.script(text_reply(ANSWER.strip(), chunk_size=16, chunk_delay=0.02))
+        model.script(text_reply(ANSWER.strip(), chunk_size=8, chunk_delay=0.05))
         env = service_env(
             database,
             model,
@@ -74,3 +76,40 @@ async def test_a_kill_during_the_final_edit_edits_once_more_after_the_restart(
     assert len(slack.calls_to("chat.startStream")) == 1
     assert model.request_count == 1  # sent from the outbox, not answered again
     assert any("outbox.recovered" in line for line in service.logs)
+
+
+async def test_a_kill_mid_stream_ends_the_stream_with_a_note_and_answers_again(
+    database: Database, tmp_path: Path
+) -> None:
+    async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
+        model.script(
+            text_reply(ANSWER.strip(), chunk_size=4, chunk_delay=0.1),  # dies while writing
+            text_reply("The answer, written again."),
+        )
+        env = service_env(
+            database,
+            model,
+            slack,
+            port := free_port(),
+            SWITCHBOARD__STREAMING__INTERVAL_SECONDS="0.05",
+        )
+        service = Service(env, tmp_path, port)
+        await service.start()
+        async with aiohttp.ClientSession() as http:
+            await SlackSender(http, [service.url]).deliver(thread_dm("hello", "1700000001.000002"))
+            await wait_for(
+                lambda: len(slack.calls_to("chat.appendStream")) >= 2, "a growing stream", service
+            )
+            service.kill()
+            await service.stop()
+            (streamed,) = slack.messages
+            assert streamed["streaming"] is True  # left open by the dead process
+            await service.start()
+            await wait_for(lambda: len(slack.messages) == 2, "the answer again", service)
+            await wait_for(lambda: slack.messages[0]["text"] == NOTE, "the note", service)
+            await service.stop()
+
+    note, answer = slack.messages
+    assert note["ts"] == streamed["ts"] and note["streaming"] is False
+    assert answer["text"] == "The answer, written again." and answer["thread_ts"] == THREAD
+    assert model.request_count == 2

@@ -411,3 +411,27 @@ async def test_a_channel_the_bot_left_is_not_marked_as_refusing_streams(setup):
         await live.update("hello")
     again = setup.adapter.open_stream(CHANNEL_THREAD)
     assert isinstance(again, SlackLiveMessage) and again.native
+
+
+async def test_a_stream_left_open_by_a_dead_process_is_stopped_then_edited(setup):
+    slack = setup.slack
+    live = await in_dm_thread(setup)
+    await live.update("half of an ans")  # the process dies here: no close
+    note = "_(This answer was interrupted; it is being written again.)_"
+    ids = await setup.adapter.send(final(note, DM_THREAD, live.drafts()))
+
+    assert ids == list(live.drafts())
+    assert [c.error for c in slack.calls_to("chat.update")] == ["streaming_state_conflict", None]
+    (message,) = slack.messages
+    assert message["streaming"] is False and message["text"] == render(note)[0]
+
+
+async def test_an_edit_refused_for_another_reason_is_not_retried(setup):
+    slack = setup.slack
+    live = setup.adapter.open_stream(DM_TOP)
+    await live.update("draft")
+    slack.fail("chat.update", error="is_archived")
+    with pytest.raises(DeliveryFailed, match="is_archived"):
+        await setup.adapter.send(final("final", DM_TOP, live.drafts()))
+    assert len(slack.calls_to("chat.update")) == 1  # the stop found no stream: no retry
+    assert slack.calls_to("chat.stopStream")[0].error == "message_not_in_streaming_state"
