@@ -51,6 +51,11 @@ Slack refuses it is not asked again. Empty (the default): nothing is shown.
 
 Private replies to a message (not a slash command) go to the thread like any
 other: a `Reply` does not say who asked, which `chat.postEphemeral` needs.
+
+Streaming (`open_stream`, `streaming.py`): a reply in a thread streams natively
+(`chat.startStream` / `appendStream` / `stopStream`) to the asker; elsewhere it
+is posted, then edited. `send` edits those messages (`Reply.drafts`) into the
+final reply's parts.
 """
 
 from __future__ import annotations
@@ -86,9 +91,10 @@ from adapters.slack.requests import (
     signature_ok,
 )
 from adapters.slack.startup import TOKEN_HINTS, TOKEN_REJECTED, bolt_logger
-from bot.config import Secrets, Settings, SlackSettings
-from bot.errors import AdapterError, ConfigError, DeliveryFailed, StartupError
-from bot.ports import Core, Leadership, Route, SendProgress, hand_over
+from adapters.slack.streaming import Streams
+from bot.config import SlackSettings
+from bot.errors import AdapterError, DeliveryFailed, StartupError
+from bot.ports import Core, Leadership, LiveMessage, Route, SendProgress, hand_over
 from bot.types import BotIdentity, IncomingMessage, Reply, Target
 
 log = logging.getLogger("switchboard.slack")
@@ -133,6 +139,7 @@ class SlackAdapter:
         )
         self._verifier = SignatureVerifier(signing_secret) if signing_secret else None
         self.poster = Poster(self.client, sleep=sleep)
+        self.streams = Streams(self.client, sleep=sleep)
         self.identity: BotIdentity | None = None
         self.team_id: str | None = None
         self._core: Core | None = None
@@ -154,7 +161,7 @@ class SlackAdapter:
         try:
             auth = await self.client.auth_test()
             self.identity = BotIdentity(PLATFORM, str(auth["user_id"]), auth.get("user"))
-            self.team_id = auth.get("team_id")
+            self.team_id = self.streams.team_id = auth.get("team_id")
             self._files = FileFetcher(
                 self.client,
                 self._http,
@@ -345,6 +352,7 @@ class SlackAdapter:
             msg.event_id,
             msg.platform_channel_id,
         )
+        self.streams.asked(msg)
         if not await hand_over(core, msg, self._tasks):
             raise NotTaken(f"message {msg.event_id} could not be stored; Slack will retry")
 
@@ -426,13 +434,19 @@ class SlackAdapter:
     # -- delivery ---------------------------------------------------------------
 
     async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]:
+        """Post the reply's parts; with `reply.drafts` (it was streamed) edit
+        those messages into the parts instead, and delete drafts left over."""
         chunks = render(reply.text)
-        if not chunks:
-            return []
         target = reply.target
         thread = target.thread_id or target.reply_to_message_id
-        buttons = blocks(chunks[-1], reply.buttons) if reply.buttons else None
-        return await self.poster.post(target.channel_id, chunks, thread, progress, buttons)
+        buttons = blocks(chunks[-1], reply.buttons) if reply.buttons and chunks else None
+        return await self.poster.post(
+            target.channel_id, chunks, thread, progress, buttons, reply.drafts
+        )
+
+    def open_stream(self, target: Target) -> LiveMessage | None:
+        """A live view of a reply to `target` (`streaming.py`); no I/O here."""
+        return self.streams.open(target)
 
     async def show_typing(self, target: Target) -> None:
         status = self.settings.typing_status
@@ -448,35 +462,3 @@ class SlackAdapter:
             if error != "ratelimited":
                 self._no_status.add(target.channel_id)
                 log.info("slack.status_unavailable channel=%s error=%s", target.channel_id, error)
-
-
-def create_adapter(settings: Settings, secrets: Secrets) -> SlackAdapter:
-    slack = settings.slack
-    bot_token = _secret(secrets, "slack_bot_token", "SLACK_BOT_TOKEN", "xox", "the bot token")
-    if slack.mode == "socket":
-        app_token = _secret(
-            secrets,
-            "slack_app_token",
-            "SLACK_APP_TOKEN",
-            "xapp-",
-            'an app-level token for [slack] mode = "socket"',
-        )
-        return SlackAdapter(slack, bot_token=bot_token, app_token=app_token)
-    signing_secret = _secret(
-        secrets,
-        "slack_signing_secret",
-        "SLACK_SIGNING_SECRET",
-        "",
-        'the signing secret for [slack] mode = "http"',
-    )
-    return SlackAdapter(slack, bot_token=bot_token, signing_secret=signing_secret)
-
-
-def _secret(secrets: Secrets, field: str, env: str, prefix: str, what: str) -> str:
-    value = getattr(secrets, field)
-    text = value.get_secret_value().strip() if value is not None else ""
-    if not text:
-        raise ConfigError(f"{env} is not set: the Slack adapter needs {what}")
-    if prefix and not text.startswith(prefix):
-        raise ConfigError(f"{env} does not look like {what} (it should start with {prefix}…)")
-    return text

@@ -34,8 +34,7 @@ def blocks(text: str, buttons: Sequence[Button]) -> list[dict[str, Any]] | None:
     if not usable or any(len(b.command) > MAX_VALUE for b in usable):
         return None
     sections: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": piece}}
-        for piece in _pieces(text)
+        {"type": "section", "text": {"type": "mrkdwn", "text": piece}} for piece in _pieces(text)
     ]
     elements = [
         {

@@ -1,4 +1,5 @@
-"""`chat.postMessage` with Slack's rate limits honoured per channel.
+"""`chat.postMessage` (and the edits of streamed drafts, `chat.update`) with
+Slack's rate limits honoured per channel.
 
 Slack limits posting to about one message per second per channel and answers
 429 with `Retry-After`. Sends to one channel are serialized (so the parts of a
@@ -22,6 +23,7 @@ from typing import Any
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.errors import DeliveryFailed
 from bot.ports import SendProgress
@@ -31,7 +33,24 @@ log = logging.getLogger("switchboard.slack.delivery")
 Sleep = Callable[[float], Awaitable[Any]]
 
 DEFAULT_RETRY_AFTER_S = 1.0
+UNCHANGEABLE = frozenset(
+    {"message_not_found", "cant_update_message", "cant_delete_message", "edit_window_closed"}
+)
+"""Answers to an edit or delete that no retry can fix: the message is gone or
+no longer ours to change."""
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0)
+
+
+class Refused(DeliveryFailed):
+    """Slack answered a call with an error (other than a 429)."""
+
+    def __init__(self, method: str, error: str) -> None:
+        super().__init__(f"{method} failed: {error}")
+        self.error = error
+
+
+class Unchangeable(Refused):
+    """The message cannot be edited or deleted (see `UNCHANGEABLE`)."""
 
 
 class Poster:
@@ -57,26 +76,48 @@ class Poster:
         thread_ts: str | None,
         progress: SendProgress | None = None,
         last_blocks: Sequence[dict[str, Any]] | None = None,
+        drafts: Sequence[str] = (),
     ) -> list[str]:
         """Post the parts in order, after those `progress` says are done, the last
-        one with `last_blocks` (its buttons); returns the `ts` values of all parts."""
+        one with `last_blocks` (its buttons); returns the `ts` values of all parts.
+        Part i with a draft (`drafts[i]`, a message that showed the reply while it
+        was written) is edited into that message instead (an edit is idempotent,
+        so a resumed send simply edits again); drafts left over are deleted."""
         sent: list[str] = list(progress.done) if progress else []
         async with self._lock(channel):
             for number, chunk in enumerate(chunks, 1):
                 if number <= len(sent):
                     continue
                 try:
-                    found = None
-                    if progress is not None and progress.resumed and number == len(sent) + 1:
-                        found = await self._find_posted(channel, chunk, thread_ts, progress.since)
                     blocks = last_blocks if number == len(chunks) else None
-                    sent.append(found or await self._post_one(channel, chunk, thread_ts, blocks))
+                    if number <= len(drafts):
+                        ts = await self._edit(channel, drafts[number - 1], chunk, thread_ts, blocks)
+                    else:
+                        found = None
+                        if progress is not None and progress.resumed and number == len(sent) + 1:
+                            found = await self._find_posted(
+                                channel, chunk, thread_ts, progress.since
+                            )
+                        ts = found or await self._post_one(channel, chunk, thread_ts, blocks)
+                    sent.append(ts)
                     if progress is not None:
                         await progress.sent(number - 1, sent[-1])
                 except DeliveryFailed as exc:
                     where = f"part {number} of {len(chunks)}" if len(chunks) > 1 else "message"
                     raise DeliveryFailed(f"{exc} ({where}; {len(sent)} sent)") from None
+            for ts in drafts[len(chunks) :]:
+                await self.delete(channel, ts)
         return sent
+
+    async def delete(self, channel: str, ts: str) -> None:
+        """Delete one of our messages; one already gone, or that cannot be
+        deleted, is only logged."""
+        try:
+            await self._call(
+                channel, "chat.delete", lambda: self._client.chat_delete(channel=channel, ts=ts)
+            )
+        except DeliveryFailed as exc:
+            log.warning("slack.delete_failed channel=%s ts=%s: %s", channel, ts, exc)
 
     async def _find_posted(
         self, channel: str, text: str, thread_ts: str | None, since: datetime
@@ -115,33 +156,85 @@ class Poster:
         thread_ts: str | None,
         blocks: Sequence[dict[str, Any]] | None = None,
     ) -> str:
+        response = await self._call(
+            channel,
+            "chat.postMessage",
+            lambda: self._client.chat_postMessage(**message_args(channel, text, thread_ts, blocks)),
+        )
+        return str(response.get("ts") or "")
+
+    async def _edit(
+        self,
+        channel: str,
+        ts: str,
+        text: str,
+        thread_ts: str | None,
+        blocks: Sequence[dict[str, Any]] | None,
+    ) -> str:
+        """Edit draft `ts` into this part (`blocks=[]` removes a streamed
+        message's own blocks); a draft that is gone or can no longer be edited
+        is replaced by a new message. A draft still streaming (its process died
+        before `chat.stopStream`) is stopped, then edited."""
+
+        async def edit() -> None:
+            await self._call(
+                channel,
+                "chat.update",
+                lambda: self._client.chat_update(
+                    channel=channel, ts=ts, text=text, blocks=list(blocks or [])
+                ),
+            )
+
+        try:
+            try:
+                await edit()
+            except Unchangeable:
+                raise
+            except Refused:
+                if not await self._stopped(channel, ts):
+                    raise
+                await edit()
+            return ts
+        except Unchangeable as exc:
+            log.warning("slack.draft_lost channel=%s ts=%s: %s; posting it anew", channel, ts, exc)
+            return await self._post_one(channel, text, thread_ts, blocks)
+
+    async def _stopped(self, channel: str, ts: str) -> bool:
+        """Whether `ts` was a native stream still open, now stopped."""
+        try:
+            await self._call(
+                channel,
+                "chat.stopStream",
+                lambda: self._client.chat_stopStream(channel=channel, ts=ts),
+            )
+        except DeliveryFailed:
+            return False
+        log.info("slack.stream_left_open channel=%s ts=%s: stopped", channel, ts)
+        return True
+
+    async def _call(
+        self, channel: str, method: str, call: Callable[[], Awaitable[AsyncSlackResponse]]
+    ) -> AsyncSlackResponse:
+        """One Web API call, waiting out 429s and retrying 5xx/connection errors."""
         attempt = 0
         while True:
             attempt += 1
             last = attempt >= self._attempts
             try:
-                response = await self._client.chat_postMessage(
-                    channel=channel,
-                    text=text,
-                    blocks=blocks,
-                    thread_ts=thread_ts,
-                    mrkdwn=True,
-                    unfurl_links=False,
-                    unfurl_media=False,
-                )
-                return str(response.get("ts") or "")
+                return await call()
             except SlackApiError as exc:
                 status, error = api_error(exc)
                 if status == 429 or error == "ratelimited":
                     wait = retry_after(getattr(exc.response, "headers", None))
                     if last or wait > self._max_wait:
                         raise DeliveryFailed(
-                            f"chat.postMessage rate limited (Retry-After {wait:g}s) "
+                            f"{method} rate limited (Retry-After {wait:g}s) "
                             f"after {attempt} attempt(s)"
                         ) from None
                     log.warning(
-                        "slack.rate_limited channel=%s retry_after=%ss attempt=%d",
+                        "slack.rate_limited channel=%s method=%s retry_after=%ss attempt=%d",
                         channel,
+                        method,
                         wait,
                         attempt,
                     )
@@ -150,13 +243,12 @@ class Poster:
                 if status >= 500 and not last:
                     await self._backoff(channel, attempt, f"HTTP {status}")
                     continue
-                raise DeliveryFailed(
-                    f"chat.postMessage failed: {error or f'HTTP {status}'}"
-                ) from None
+                failure = Unchangeable if error in UNCHANGEABLE else Refused
+                raise failure(method, error or f"HTTP {status}") from None
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if last:
                     raise DeliveryFailed(
-                        f"chat.postMessage failed: {type(exc).__name__} after {attempt} attempts"
+                        f"{method} failed: {type(exc).__name__} after {attempt} attempts"
                     ) from None
                 await self._backoff(channel, attempt, type(exc).__name__)
 
@@ -171,6 +263,21 @@ class Poster:
             lock = asyncio.Lock()
             self._locks[channel] = lock
         return lock
+
+
+def message_args(
+    channel: str, text: str, thread_ts: str | None, blocks: Sequence[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """`chat.postMessage` arguments for one part of a reply."""
+    return {
+        "channel": channel,
+        "text": text,
+        "blocks": blocks,
+        "thread_ts": thread_ts,
+        "mrkdwn": True,
+        "unfurl_links": False,
+        "unfurl_media": False,
+    }
 
 
 def api_error(exc: SlackApiError) -> tuple[int, str | None]:

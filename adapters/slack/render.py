@@ -45,6 +45,7 @@ LIMIT = 4000
 
 _MARKS = {"strong": "*", "em": "_", "strike": "~"}
 _BROADCAST = re.compile(r"@(?=(?:channel|here|everyone)\b)", re.IGNORECASE)
+_TOKEN_OPEN = re.compile(r"<(?=[!@#])")
 _ATOMIC = re.compile(r"&(?:amp|lt|gt);|@\u200d\w+")
 _LINKABLE = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*:")
 _BULLETS = ("•", "◦", "▪")
@@ -55,6 +56,13 @@ def render(markdown: str) -> list[str]:
     if not markdown.strip():
         return []
     return split_chunks(_blocks(parse(markdown), False), LIMIT, atomic=_ATOMIC)
+
+
+def stream_safe(markdown: str) -> str:
+    """Markdown for Slack's native streams (`markdown_text`, which Slack renders
+    itself): what `render` keeps from notifying stays inert, `@channel` and
+    friends and `<!…>` / `<@…>` / `<#…>` tokens."""
+    return _TOKEN_OPEN.sub("<\u200d", _BROADCAST.sub("@\u200d", markdown))
 
 
 def _esc(text: str) -> str:

@@ -6,7 +6,9 @@ It speaks the wire protocol:
   query string, form or JSON; answers ``{"ok": true, ...}`` or ``{"ok": false,
   "error": ...}`` (``not_authed``, ``invalid_auth``, ``channel_not_found``, ...), and
   HTTP 429 with ``Retry-After`` when scripted. Methods: ``auth.test``,
-  ``chat.postMessage``, ``chat.update``, ``conversations.history``,
+  ``chat.postMessage``, ``chat.update``, ``chat.delete``, the native streams
+  ``chat.startStream`` / ``appendStream`` / ``stopStream`` (`slack_stream`),
+  ``conversations.history``,
   ``conversations.replies`` (the bot's own messages), ``files.info`` (``blocks``
   checked as Block Kit does for sections and buttons: `slack_blocks`),
   ``assistant.threads.setStatus``, ``apps.connections.open`` (app-level token);
@@ -46,6 +48,9 @@ from typing import Any, Self
 from aiohttp import WSMsgType, web
 
 from tests.fakes.slack_blocks import blocks_problem
+from tests.fakes.slack_stream import StreamMethods
+from tests.fakes.slack_stream import error as _error
+from tests.fakes.slack_stream import ok as _ok
 
 BOT_TOKEN = "xoxb-1111-2222-testtoken0123"
 APP_TOKEN = "xapp-1-A0001-3333-testtoken4567"
@@ -87,7 +92,7 @@ class StoredFile:
 
 
 @dataclass
-class FakeSlack:
+class FakeSlack(StreamMethods):
     bot_token: str = BOT_TOKEN
     app_token: str = APP_TOKEN
     team_id: str = TEAM_ID
@@ -105,9 +110,15 @@ class FakeSlack:
     downloads: list[tuple[str, bool]] = field(default_factory=list)
     """(file id, whether the bot token came with the request)."""
     unknown_channels: set[str] = field(default_factory=set)
+    left_channels: set[str] = field(default_factory=set)
+    """Channels the bot is not in: posting and streaming answer not_in_channel."""
     block_problems: list[str] = field(default_factory=list)
     """Why chat.postMessage answered `invalid_blocks`."""
     files: dict[str, StoredFile] = field(default_factory=dict)
+    deleted: list[dict[str, Any]] = field(default_factory=list)
+    """Messages removed by chat.delete."""
+    no_streams: set[str] = field(default_factory=set)
+    """Channels where chat.startStream is refused (channel_type_not_supported)."""
     _failures: list[Failure] = field(default_factory=list)
     _runner: web.AppRunner | None = None
     _base_url: str | None = None
@@ -319,12 +330,12 @@ class FakeSlack:
         return {
             "auth.test": self._auth_test,
             "chat.postMessage": self._post_message,
-            "chat.update": self._update,
             "conversations.history": self._history,
             "conversations.replies": self._replies,
             "files.info": self._files_info,
             "assistant.threads.setStatus": self._set_status,
             "apps.connections.open": self._connections_open,
+            **self.stream_methods(),  # chat.startStream/appendStream/stopStream/update/delete
         }
 
     def _auth_test(self, call: Call) -> web.Response:
@@ -345,6 +356,8 @@ class FakeSlack:
         text = call.args.get("text")
         if not channel or channel in self.unknown_channels:
             return _error(call, "channel_not_found")
+        if channel in self.left_channels:
+            return _error(call, "not_in_channel")
         if not text and not call.args.get("blocks"):
             return _error(call, "no_text")
         if len(str(text)) > MAX_TEXT:
@@ -353,7 +366,7 @@ class FakeSlack:
         if blocks is not None and (problem := blocks_problem(blocks)):
             self.block_problems.append(problem)
             return _error(call, "invalid_blocks")
-        ts = f"{int(time.time())}.{next(self._ts):06d}"
+        ts = self.new_ts()
         message = {
             "channel": channel,
             "text": text,
@@ -392,15 +405,6 @@ class FakeSlack:
             "ts": message["ts"],
             **({"thread_ts": message["thread_ts"]} if message.get("thread_ts") else {}),
         }
-
-    def _update(self, call: Call) -> web.Response:
-        for message in self.messages:
-            if message["channel"] == call.args.get("channel") and message["ts"] == call.args.get(
-                "ts"
-            ):
-                message["text"] = call.args.get("text")
-                return _ok({"channel": message["channel"], "ts": message["ts"]})
-        return _error(call, "message_not_found")
 
     def _files_info(self, call: Call) -> web.Response:
         stored = self.files.get(str(call.args.get("file")))
@@ -446,15 +450,6 @@ def _bearer(request: web.Request) -> str | None:
     if not header.startswith("Bearer "):
         return None
     return header.removeprefix("Bearer ").strip() or None
-
-
-def _ok(data: Mapping[str, Any]) -> web.Response:
-    return web.json_response({"ok": True, **data})
-
-
-def _error(call: Call, error: str, status: int = 200) -> web.Response:
-    call.status, call.error = status, error
-    return web.json_response({"ok": False, "error": error}, status=status)
 
 
 def _scripted(call: Call, failure: Failure) -> web.Response:

@@ -32,6 +32,7 @@ from tests.fakes.slack import FakeSlack, event_body
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
 pytestmark = pytest.mark.timeout(240)
+NOT_STREAMED = {"SWITCHBOARD__STREAMING__SLACK__ENABLED": "false"}
 
 
 def dm_event(channel: str, user: str, text: str, ts: str) -> dict[str, Any]:
@@ -119,7 +120,10 @@ async def test_a_reply_stored_but_not_sent_when_killed_is_sent_once(
 ) -> None:
     async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
         model.script(text_reply("Stored before it was sent."))
-        service = Service(service_env(database, model, slack, port := free_port()), tmp_path, port)
+        # Not streamed: the held chat.postMessage is the final send (see
+        # tests/adapters/slack/test_slack_crash_streaming.py for a streamed one).
+        env = service_env(database, model, slack, port := free_port(), **NOT_STREAMED)
+        service = Service(env, tmp_path, port)
         await service.start()
         released = slack.hold("chat.postMessage")
         async with aiohttp.ClientSession() as http:

@@ -121,6 +121,7 @@ async def test_database_down_at_the_final_write_keeps_the_turn_and_charges_it_la
         fake_anthropic,
         budgets={"guest": 50_000},
         inbox={"write_retry_seconds": 0.5, "sweep_seconds": 0.1},
+        streaming={"enabled": False},  # the one message seen is the final reply
     ) as (rig, slack):
         rig.app.start_recovery()
         status, _ = await rig.event(dm("hello", "1700000001.000001"))

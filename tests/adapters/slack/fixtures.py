@@ -28,18 +28,26 @@ async def rig_factory(
     database: Database, fake_anthropic: FakeAnthropic, slack: FakeSlack
 ) -> AsyncIterator[Any]:
     """Open an App on the test database with the Slack adapter started against
-    the fake Slack (`mode` http by default), its web server on a free port."""
+    the fake Slack (`mode` http by default), its web server on a free port;
+    `sections` adds other settings sections (e.g. `streaming`), `tools` extra tools."""
     rigs: list[Rig] = []
     http = aiohttp.ClientSession()
 
-    async def factory(mode: str = "http", **slack_settings: Any) -> Rig:
+    async def factory(
+        mode: str = "http",
+        *,
+        sections: dict[str, Any] | None = None,
+        tools: Any = (),
+        **slack_settings: Any,
+    ) -> Rig:
         settings = make_settings(
             database,
             fake_anthropic,
             server={"port": 0},
             slack={"enabled": True, "mode": mode, "api_base_url": slack.api_url, **slack_settings},
+            **(sections or {}),
         )
-        app = App(settings, slack_secrets())
+        app = App(settings, slack_secrets(), extra_tools=tools)
         rig = Rig(app, None, slack, http)  # type: ignore[arg-type]
         rigs.append(rig)
         await app.open()
