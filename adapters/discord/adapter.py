@@ -51,6 +51,7 @@ from adapters.discord.parse import (
     press_message,
 )
 from adapters.discord.render import render
+from adapters.discord.streaming import LiveDiscordMessage, StreamRest
 from bot.config import DiscordSettings, Secrets, Settings
 from bot.errors import ConfigError, DeliveryFailed, StartupError
 from bot.ports import Core, SendProgress, hand_over
@@ -74,6 +75,7 @@ class DiscordAdapter:
         self._connection: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._files = Downloader(settings.max_file_bytes)
+        self._stream = StreamRest()
         self.identity = BotIdentity(PLATFORM, "")
 
     # -- lifecycle ----------------------------------------------------------
@@ -116,6 +118,7 @@ class DiscordAdapter:
         assert client.user is not None  # login() fetched /users/@me
         self.identity = BotIdentity(PLATFORM, str(client.user.id), client.user.name)
         await self._files.open()  # messages may arrive as soon as the gateway is up
+        await self._open_stream_rest()
         self._connection = asyncio.create_task(client.connect(reconnect=True))
         ready = asyncio.create_task(client.connected.wait())
         await asyncio.wait(
@@ -137,6 +140,12 @@ class DiscordAdapter:
             raise StartupError("Discord's gateway rejected the bot token (4004)", _TOKEN_HINT)
         raise StartupError(f"cannot connect to Discord's gateway: {describe(error)}")
 
+    async def _open_stream_rest(self) -> None:
+        try:
+            await self._stream.open(self._token)
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            log.warning("discord.streaming_off: cannot log in its REST client: %s", describe(exc))
+
     async def ready(self) -> bool:
         """The gateway is connected (not closed, not between reconnects).
         (`client.is_ready()` lags READY by discord.py's guild wait, 2 s.)"""
@@ -154,6 +163,7 @@ class DiscordAdapter:
                 await self._connection
             self._connection = None
         await self._files.close()
+        await self._stream.close()
         if self._endpoints is not None:
             self._endpoints.restore()
             self._endpoints = None
@@ -312,6 +322,12 @@ class DiscordAdapter:
         """Post the parts after those `progress` says are done, editing the streamed
         drafts into the first ones (see `delivery.py`)."""
         return await deliver(self._channel(reply.target), reply, progress)
+
+    def open_stream(self, target: Target) -> LiveDiscordMessage | None:
+        """Post, then edit, while the reply is written (`streaming.py`). No I/O here."""
+        if self._client is None or not self._stream.ready:
+            return None
+        return LiveDiscordMessage(self._stream, target, self._channel(target))
 
     async def show_typing(self, target: Target) -> None:
         await self._channel(target).typing()
