@@ -12,7 +12,11 @@ author's message and may ping the author, nothing else ever pings
 (`AllowedMentions.none()`). discord.py retries 429s itself, per route and channel
 bucket, so a rate-limited channel never holds up another one; a wait longer than
 `discord.max_ratelimit_wait` gives up. Anything that finally fails raises
-`DeliveryFailed`, which the pipeline records.
+`DeliveryFailed`, which the pipeline records (`delivery.py`).
+
+Streaming (`open_stream`, `streaming.py`): while the model writes, the reply is posted
+once there is text and then edited (the core throttles the updates); `send` then edits
+those messages (`Reply.drafts`) into the final reply's parts.
 
 Slash commands: one per core command, synced at start (`discord.sync_commands`). The
 interaction is deferred ephemerally before anything else (Discord wants an answer

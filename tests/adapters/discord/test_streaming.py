@@ -297,3 +297,16 @@ def test_a_stopped_adapter_opens_no_stream():
 
     adapter = create_adapter(Settings.model_validate({"discord": {"enabled": True}}), SECRETS)
     assert adapter.open_stream(Target("discord", CHANNEL_ID)) is None
+
+
+async def test_a_refused_update_ends_the_live_view_but_not_the_reply(
+    live_setup, fake_discord: FakeDiscord
+):
+    adapter, target, _ = live_setup
+    live = open_live(adapter, target)
+    fake_discord.fail(CHANNEL_ID)  # 403 Missing Permissions on every post
+    with pytest.raises(DeliveryFailed, match="Forbidden"):
+        await live.update("Hello")  # not a RateLimited: the core stops updating
+    assert live.drafts() == ()
+    await live.discard()  # nothing posted: nothing to delete, no error
+    assert not [c for c in fake_discord.calls if c.method == "DELETE"]
