@@ -61,6 +61,8 @@ class Taken:
     attempts: int
     payload: dict[str, Any] | None
     deliver: bool
+    drafts: tuple[str, ...] = ()
+    """Messages an earlier attempt posted while streaming (left unfinished)."""
 
     def message(self) -> IncomingMessage:
         if self.payload is None:
@@ -112,6 +114,27 @@ class Inbox:
             log.info("inbox.duplicate platform=%s event_id=%s", msg.platform, key)
             return False
         return True
+
+    async def record_drafts(
+        self,
+        platform: str,
+        event_id: str,
+        drafts: Sequence[str],
+        *,
+        session: AsyncSession | None = None,
+    ) -> None:
+        """Remember the messages a run posted while streaming its answer to
+        this message, so that they are closed if the process dies."""
+        stmt = (
+            update(InboxItem)
+            .where(col(InboxItem.platform) == platform, col(InboxItem.event_id) == event_id)
+            .values(drafts=list(drafts) or None)
+        )
+        if session is not None:
+            await session.exec(stmt)
+            return
+        async with self._store.write() as own:
+            await own.exec(stmt)
 
     async def finish(
         self,
@@ -197,7 +220,7 @@ class Inbox:
                     .returning(*_TAKEN_COLUMNS)
                 )
             ).all()
-        taken = [Taken(*row) for row in rows]
+        taken = [_taken(row) for row in rows]
         taken.sort(key=lambda t: t.id)
         return taken
 
@@ -245,7 +268,7 @@ class Inbox:
                     .returning(*_TAKEN_COLUMNS)
                 )
             ).all()
-        return sorted((Taken(*row) for row in rows), key=lambda t: t.id)[:limit]
+        return sorted((_taken(row) for row in rows), key=lambda t: t.id)[:limit]
 
     async def backlog(self) -> tuple[int, datetime | None]:
         """Open messages (waiting or being worked on) and when the oldest was
@@ -331,7 +354,13 @@ _TAKEN_COLUMNS = (
     col(InboxItem.attempts),
     col(InboxItem.payload),
     col(InboxItem.deliver),
+    col(InboxItem.drafts),
 )
+
+
+def _taken(row: Any) -> Taken:
+    id_, platform, event_id, key, attempts, payload, deliver, drafts = row
+    return Taken(id_, platform, event_id, key, attempts, payload, deliver, tuple(drafts or ()))
 
 
 def finish_statement(

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 
 from bot.agent.events import Event, EventBus, Subscription
 from bot.agent.streaming import RunView
@@ -32,6 +33,8 @@ MAX_PAUSE_S = 30.0
 LAST_UPDATE_WAIT_S = 10.0
 """How long `finish` lets an update already on its way complete."""
 STOPPED_MARK = "_(stopped)_"
+INTERRUPTED_NOTE = "_(This answer was interrupted; it is being written again.)_"
+"""What the messages of a run that died while streaming end as."""
 QUEUE_SIZE = 100_000
 """Events buffered for the reader (a dropped chunk would garble the view)."""
 
@@ -46,6 +49,7 @@ class LiveReply:
         *,
         platform: str,
         interval: float,
+        on_drafts: Callable[[tuple[str, ...]], Awaitable[None]] | None = None,
     ) -> None:
         self.message = message
         self.platform = platform
@@ -55,6 +59,8 @@ class LiveReply:
         self.shown = ""
         """The text (without the activity line) of the last update that went out."""
         self.updates = 0
+        self._on_drafts = on_drafts
+        self._recorded: tuple[str, ...] = ()
         self._last_activity: str | None = None
         self._subscription: Subscription = bus.subscribe(
             conversation_key=conversation_key, maxsize=QUEUE_SIZE
@@ -165,7 +171,18 @@ class LiveReply:
             )
             return None
         self.updates += 1
+        await self._record_drafts()
         return 0.0
+
+    async def _record_drafts(self) -> None:
+        drafts = tuple(self.message.drafts())
+        if self._on_drafts is None or drafts == self._recorded:
+            return
+        try:
+            await self._on_drafts(drafts)
+            self._recorded = drafts
+        except Exception as exc:
+            log.warning("stream.drafts_not_recorded run=%s: %s", self.run_id, exc)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -191,6 +208,7 @@ def open_live(
     first: IncomingMessage,
     run_id: str,
     conversation_key: str,
+    on_drafts: Callable[[tuple[str, ...]], Awaitable[None]] | None = None,
 ) -> LiveReply | None:
     """A live view of the run answering `first`, where its platform streams."""
     platform = first.platform
@@ -204,7 +222,15 @@ def open_live(
     if message is None:
         return None
     interval = settings.interval_for(platform)
-    return LiveReply(message, bus, run_id, conversation_key, platform=platform, interval=interval)
+    return LiveReply(
+        message,
+        bus,
+        run_id,
+        conversation_key,
+        platform=platform,
+        interval=interval,
+        on_drafts=on_drafts,
+    )
 
 
 async def settle(live: LiveReply, outcome: Outcome, first: IncomingMessage) -> Outcome:

@@ -32,6 +32,7 @@ from bot.accounts.budgets import Budgets
 from bot.config import InboxSettings
 from bot.pipeline.handle import Pipeline
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Taken
+from bot.pipeline.live import INTERRUPTED_NOTE, reply_target
 from bot.pipeline.outbox import Outbox
 from bot.pipeline.persist import Spool
 from bot.store import Store
@@ -178,6 +179,8 @@ class Housekeeper:
                 item.conversation_key,
                 item.attempts,
             )
+            if item.drafts and item.deliver:
+                self._spawn(self._close_drafts(item, msg))
             by_conversation.setdefault(item.conversation_key, []).append((item, msg))
             swept.messages += 1
         for messages in by_conversation.values():
@@ -242,11 +245,30 @@ class Housekeeper:
             item.conversation_key,
             item.attempts - 1,
         )
-        apology = Reply(GAVE_UP_REPLY, msg.target(as_reply=msg.chat_type == "group"), "error")
+        apology = Reply(GAVE_UP_REPLY, reply_target(msg), "error", drafts=item.drafts)
         delivery = self.pipeline.delivery
         error = f"gave up after {item.attempts - 1} attempts"
         outgoing = await delivery.conclude([msg], "failed", [apology], error=error)
         self._spawn(delivery.send_all(outgoing))
+
+    async def _close_drafts(self, item: Taken, msg: IncomingMessage) -> None:
+        """The run that died had posted part of its answer: end those messages
+        with a note (the message is answered again below them)."""
+        log.info(
+            "stream.interrupted platform=%s event_id=%s drafts=%d",
+            item.platform,
+            item.event_id,
+            len(item.drafts),
+        )
+        note = Reply(INTERRUPTED_NOTE, reply_target(msg), "notice", drafts=item.drafts)
+        try:
+            delivery = self.pipeline.delivery
+            async with self.store.write() as session:  # closed once, even if we die too
+                outgoing = await delivery.outbox.add(session, [note])
+                await self.inbox.record_drafts(item.platform, item.event_id, (), session=session)
+            await delivery.send_all(outgoing)
+        except Exception:
+            log.exception("stream.interrupted_not_closed event_id=%s", item.event_id)
 
     def _spawn(self, work: Awaitable[Any]) -> None:
         async def run() -> None:

@@ -197,11 +197,17 @@ class Runner:
     def _live(self, run: _Run, deliver: bool) -> LiveReply | None:
         if not deliver or self._adapter is None:
             return None
-        adapter = self._adapter(run.first.platform)
-        s = self.s
-        return open_live(
-            adapter, s.settings.streaming, s.bus, run.first, run.id, run.conversation.key
-        )
+        s, first = self.s, run.first
+        adapter = self._adapter(first.platform)
+        event_id = first.dedupe_key
+        record = None
+        if event_id:  # crash-safe: the inbox row knows what was posted
+
+            async def record(drafts: tuple[str, ...]) -> None:
+                await s.inbox.record_drafts(first.platform, event_id, drafts)
+
+        key = run.conversation.key
+        return open_live(adapter, s.settings.streaming, s.bus, first, run.id, key, record)
 
     def _count(self, status: str, first: IncomingMessage, started: float) -> None:
         metrics = self.s.metrics

@@ -231,6 +231,8 @@ class InboxItem(SQLModel, table=True):
     lease_owner: str | None = Field(default=None, max_length=120)
     lease_expires_at: datetime | None = _ts_optional()
     error: str | None = Field(default=None, sa_type=Text)
+    drafts: list[str] | None = Field(default=None, sa_type=JSON)
+    """Messages its run posted while streaming (closed after a crash)."""
     created_at: datetime = _ts(index=True)
     finished_at: datetime | None = _ts_optional()
 

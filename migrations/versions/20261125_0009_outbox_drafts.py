@@ -1,7 +1,8 @@
 """outbox drafts
 
 The platform ids of the messages that showed a reply while it streamed: the
-stored reply is edited into them when it is sent.
+stored reply is edited into them when it is sent (outbox); the messages a run
+posted before its process died, closed when the message is taken over (inbox).
 
 Revision ID: 0009
 Revises: 0008
@@ -20,10 +21,12 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("outbox", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("drafts", sa.JSON(), nullable=True))
+    for table in ("outbox", "inbox"):
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            batch_op.add_column(sa.Column("drafts", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("outbox", schema=None) as batch_op:
-        batch_op.drop_column("drafts")
+    for table in ("inbox", "outbox"):
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            batch_op.drop_column("drafts")

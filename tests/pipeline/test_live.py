@@ -8,10 +8,16 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import update
+from sqlmodel import select
 
 from bot.errors import RateLimited
-from bot.pipeline.live import STOPPED_MARK
-from bot.types import Target
+from bot.pipeline.intake import Inbox, with_event_id
+from bot.pipeline.live import INTERRUPTED_NOTE, STOPPED_MARK
+from bot.store.models import InboxItem
+from bot.types import Target, utcnow
 from tests.fakes.anthropic import stream_error, text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
 from tests.probes import ProbeTool
@@ -227,3 +233,35 @@ async def test_streaming_can_be_turned_off_per_platform(make_app, fake_anthropic
     await app.pipeline.handle(message("q"))
     assert adapter.lives == [] and [r.text for r in adapter.sent] == ["Whole."]
     assert adapter.sent[0].drafts == ()
+
+
+async def test_posted_drafts_are_recorded_on_the_inbox_row(make_app, fake_anthropic):
+    app, adapter = await start(make_app)
+    fake_anthropic.script(text_reply(LONG.strip(), chunk_size=10, chunk_delay=0.03))
+    await app.pipeline.handle(message("tell me", event_id="ev-1"))
+    assert adapter.sent[0].drafts == ("m1",)
+
+    async with app.store.read() as session:
+        row = (await session.exec(select(InboxItem))).one()
+    assert row.drafts == ["m1"]  # what a takeover would close had we died
+
+
+async def test_a_takeover_closes_what_the_dead_run_had_posted(make_app, fake_anthropic):
+    app, adapter = await start(make_app, inbox={"sweep_seconds": 0.1})
+    msg = with_event_id(message("tell me", event_id="ev-2"))
+    # A process took the message, streamed part of its answer, and died.
+    dead = Inbox(app.store, owner="dead-instance", lease_seconds=20)
+    assert await dead.accept(msg)
+    await dead.record_drafts("console", "ev-2", ["m7", "m8"])
+    async with app.store.write() as session:
+        await session.exec(update(InboxItem).values(lease_expires_at=utcnow() - timedelta(1)))
+    fake_anthropic.script(text_reply("The answer, again.", chunk_size=4, chunk_delay=0.01))
+    app.start_recovery(["console"])
+
+    await wait_until(lambda: len(adapter.sent) == 2)
+    note, answer = sorted(adapter.sent, key=lambda r: r.kind != "notice")
+    assert note.text == INTERRUPTED_NOTE and note.drafts == ("m7", "m8")
+    assert answer.text == "The answer, again." and answer.drafts == ("m1",)
+    async with app.store.read() as session:
+        row = (await session.exec(select(InboxItem))).one()
+    assert row.state == "answered"
