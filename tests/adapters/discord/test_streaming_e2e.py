@@ -7,9 +7,16 @@ so nothing here depends on timing."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
-from adapters.discord import render
+from sqlalchemy import update
+
+from adapters.discord import parse_message, render
+from bot.pipeline.intake import Inbox
+from bot.pipeline.live import INTERRUPTED_NOTE, reply_target
+from bot.store.models import InboxItem
+from bot.types import utcnow
 from tests.adapters.discord.helpers import settle
 from tests.fakes.anthropic import FakeAnthropic, text_reply, tool_call, tool_use_reply
 from tests.fakes.discord import FakeDiscord, Posted
@@ -184,3 +191,40 @@ async def test_stop_mid_stream_leaves_the_partial_reply_marked(
     assert live.content == "Half of the answer\n\n*(stopped)*"
     assert live in fake_discord.visible(CHANNEL_ID)
     assert "using lookup" not in live.content  # no activity line left dangling
+
+
+async def test_after_a_crash_mid_stream_the_posted_messages_end_with_a_note(
+    start_discord, fake_discord: FakeDiscord, fake_anthropic: FakeAnthropic
+):
+    app, adapter = await start_discord(sections={**STREAMING, "inbox": {"sweep_seconds": 0.1}})
+    asked = fake_discord.user_message(f"<@{BOT_ID}> tell me a story")
+    msg = parse_message(asked, adapter.identity)
+    assert msg is not None and msg.dedupe_key
+    # Another process took the message, streamed two messages of its answer, and died.
+    dead = Inbox(app.store, owner="dead-instance", lease_seconds=20)
+    assert await dead.accept(msg)
+    live = adapter.open_stream(reply_target(msg))
+    assert live is not None
+    await live.update(LONG)
+    first, second = live.drafts()
+    await dead.record_drafts("discord", msg.dedupe_key, live.drafts())
+    async with app.store.write() as session:
+        await session.exec(update(InboxItem).values(lease_expires_at=utcnow() - timedelta(1)))
+
+    fake_anthropic.script(text_reply("The story, again.", chunk_size=4, chunk_delay=0.01))
+    app.start_recovery(["discord"])
+    answer = await fake_discord.wait_until(
+        lambda: next(
+            (p for p in fake_discord.visible(CHANNEL_ID) if p.content == "The story, again."),
+            None,
+        )
+    )
+    note = render(INTERRUPTED_NOTE)[0]
+    await fake_discord.wait_until(lambda: fake_discord.visible(CHANNEL_ID)[0].content == note)
+    await settle(fake_discord, adapter)
+
+    shown = fake_discord.visible(CHANNEL_ID)
+    assert [p.id for p in shown] == [first, answer.id]  # the dead run's first message...
+    assert shown[0].content == note  # ...now says what happened; the rest is gone
+    assert fake_discord.message(second) is not None and second in fake_discord.deleted_ids
+    assert answer.reply_to == asked["id"]
