@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: help install run chat test lint bench clean
+.PHONY: help install run chat test test-browser lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ test: $(STAMP)  ## import contract + the whole test suite
 	$(BIN)/lint-imports
 	$(BIN)/pytest $(ARGS)
 
+test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
+	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)
+
 lint: $(STAMP)  ## ruff + mypy --strict on the core + import contracts (layers, no cycles)
 	$(BIN)/ruff check bot adapters migrations tests
 	$(BIN)/mypy --strict bot
@@ -34,6 +37,7 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.pipeline $(ARGS)
 	$(BIN)/python -m tests.benchmarks.context
 	$(BIN)/python -m tests.benchmarks.load
+	$(BIN)/python -m tests.benchmarks.flow
 
 clean:  ## remove .venv, the tool caches, __pycache__ dirs and build output
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -50,10 +50,25 @@ class Audit:
             where,
         )
 
-    async def recent(self, limit: int = 50) -> Sequence[AuditEntry]:
+    async def recent(
+        self,
+        limit: int = 50,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+    ) -> Sequence[AuditEntry]:
+        """The newest `limit` entries, newest first; `actor`, `action` and
+        `target` keep only the entries whose field contains that text."""
+        query = select(AuditEntry)
+        for column, text in (
+            (AuditEntry.actor, actor),
+            (AuditEntry.action, action),
+            (AuditEntry.target, target),
+        ):
+            if text:
+                query = query.where(col(column).contains(text, autoescape=True))
         async with self._store.read() as session:
             return (
-                await session.exec(
-                    select(AuditEntry).order_by(col(AuditEntry.id).desc()).limit(limit)
-                )
+                await session.exec(query.order_by(col(AuditEntry.id).desc()).limit(limit))
             ).all()

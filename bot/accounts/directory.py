@@ -77,6 +77,34 @@ class Directory:
             accounts=tuple(f"{x.platform}:{x.platform_user_id}" for x in links),
         )
 
+    async def people(self, limit: int = 500) -> list[Person]:
+        """Everyone (up to `limit`, oldest account first), with their accounts."""
+        async with self._store.read() as session:
+            users = (await session.exec(select(User).order_by(col(User.id)).limit(limit))).all()
+            links = (
+                await session.exec(
+                    select(PlatformLink)
+                    .where(col(PlatformLink.user_id).in_([u.id for u in users]))
+                    .order_by(col(PlatformLink.id))
+                )
+            ).all()
+        by_user: dict[int, list[PlatformLink]] = {}
+        for link in links:
+            by_user.setdefault(link.user_id, []).append(link)
+        people = []
+        for user in users:
+            assert user.id is not None
+            own = by_user.get(user.id, [])
+            people.append(
+                Person(
+                    id=user.id,
+                    role=Role(user.role),
+                    display_name=user.display_name or next((x.display_name for x in own), None),
+                    accounts=tuple(f"{x.platform}:{x.platform_user_id}" for x in own),
+                )
+            )
+        return people
+
     async def by_account(self, platform: str, platform_user_id: str) -> Person | None:
         user_id = await self._identity.find_account(platform, platform_user_id)
         return None if user_id is None else await self.get(user_id)

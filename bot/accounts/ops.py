@@ -24,6 +24,8 @@ from bot.types import Role
 
 _TOKENS = re.compile(r"^(\d+(?:\.\d+)?)([km]?)$")
 ASSIGNABLE = (Role.GUEST, Role.USER, Role.ADMIN)
+MAX_TOKENS = 10**15
+"""More than any budget could mean (and beyond what a BIGINT column holds safely)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,8 @@ def parse_tokens(text: str) -> int:
     if not match:
         raise CommandError(f"{text!r} is not a token count (e.g. 50000, 50k or 1.5m)")
     value = float(match[1]) * {"": 1, "k": 1_000, "m": 1_000_000}[match[2]]
+    if value > MAX_TOKENS:
+        raise CommandError(f"{text!r} is more tokens than any budget needs")
     return int(value)
 
 

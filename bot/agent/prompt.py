@@ -1,17 +1,23 @@
 """The system prompt, assembled from named sections in a fixed order.
 
 Each section is a plain function of a `PromptContext` returning text ("" leaves
-it out). The order puts the persona early (primacy) and a reminder of it last
-(recency): identity, persona, tooling, safety, user identity, current time,
-formatting, silent replies, wakeups, runtime, persona reminder.
+it out). Sections come in three kinds, by how often they change:
 
-Sections are stable (the same from turn to turn) or volatile. Stable sections
-form the system prompt, one cached block: with the tools before it and the
-history after it, it is the prefix the API serves from its prompt cache.
-Volatile sections (the current time, who is speaking in a group, recalled
-memories) would break that prefix every turn, so `build_system` returns them
-separately and the loop appends them to the latest user message, after the last
-cache breakpoint (`LLMRequest.volatile`).
+- persona sections (identity, persona, tool guidance, safety, formatting,
+  silent replies, wakeups, persona reminder) depend only on the persona, the
+  mode and whether memory tools are there: the first system block, the same
+  bytes for every conversation of the persona, marked for caching — with the
+  tools before it, a prefix every conversation shares from the prompt cache;
+- conversation sections (the platform and kind of chat, who is talking, the
+  runtime): a second system block, after that breakpoint; it is the same from
+  turn to turn, so it is cached with the conversation's history;
+- volatile sections (the current time, who is speaking in a group, a wakeup's
+  notice, recalled memories) would break the prefix every turn, so
+  `build_system` returns them separately and the loop appends them to the
+  latest user message, after the last cache breakpoint (`LLMRequest.volatile`).
+
+Tool descriptions are not repeated in the text: the model has them in the
+request's tools.
 
 Two modes: "full" for people's messages and "minimal" for wakeups and
 internal turns (memory flush), which leaves out formatting hints and the
@@ -66,14 +72,16 @@ class PromptContext:
 @dataclass(frozen=True, slots=True)
 class SystemPrompt:
     blocks: tuple[SystemBlock, ...]
-    """The stable sections: one block, marked for caching."""
+    """The persona block (marked for caching), then the conversation block."""
     volatile: str
     """The volatile sections, for `LLMRequest.volatile`."""
 
 
 def identity(ctx: PromptContext) -> str:
-    where = "a direct conversation" if ctx.chat_type == "direct" else "a group chat"
-    return f"You are an AI assistant talking with people on {ctx.platform}, in {where}."
+    return (
+        "You are an AI assistant talking with people on chat platforms, in direct "
+        "conversations and group chats."
+    )
 
 
 def persona(ctx: PromptContext) -> str:
@@ -81,13 +89,13 @@ def persona(ctx: PromptContext) -> str:
 
 
 def tooling(ctx: PromptContext) -> str:
+    """Guidance on using the tools; their descriptions are in the request's tools."""
     if not ctx.tools:
         return ""
-    lines = [f"- {tool.name}: {tool.description.splitlines()[0]}" for tool in ctx.tools]
-    text = "You can use these tools when they help:\n" + "\n".join(lines)
+    text = "Use your tools when they help."
     if MEMORY_TOOLS & {tool.name for tool in ctx.tools}:
         text += (
-            "\n\nYou have a long-term memory for each person. Save durable facts they "
+            " You have a long-term memory for each person. Save durable facts they "
             "share (preferences, names, ongoing projects, decisions) with memory_save, and "
             "look things up with memory_search when earlier context could help."
         )
@@ -110,9 +118,15 @@ def safety(ctx: PromptContext) -> str:
     )
 
 
+def conversation(ctx: PromptContext) -> str:
+    """Conversation: where this conversation is and what its platform renders."""
+    where = "a direct conversation" if ctx.chat_type == "direct" else "a group chat"
+    hint = FORMATTING_HINTS.get(ctx.platform, "Answer in Markdown.")
+    return f"This conversation: {where} on {ctx.platform}. {hint}"
+
+
 def user_identity(ctx: PromptContext) -> str:
-    if ctx.source == "scheduler":
-        return "This turn was started by a scheduled wakeup, not by a person typing."
+    """Conversation: who is talking."""
     if ctx.chat_type == "group":
         return (
             "Several people talk in this chat; each of their messages starts with "
@@ -120,6 +134,13 @@ def user_identity(ctx: PromptContext) -> str:
         )
     name = ctx.user_name or "an unnamed user"
     return f"You are talking with {name} (role: {ctx.user_role})."
+
+
+def wakeup_turn(ctx: PromptContext) -> str:
+    """Volatile: this turn is a wakeup."""
+    if ctx.source != "scheduler":
+        return ""
+    return "This turn was started by a scheduled wakeup, not by a person typing."
 
 
 def speaker(ctx: PromptContext) -> str:
@@ -141,35 +162,30 @@ def recalled_memories(ctx: PromptContext) -> str:
 
 
 def formatting(ctx: PromptContext) -> str:
-    hint = FORMATTING_HINTS.get(ctx.platform, "Answer in Markdown.")
-    return f"Write replies in Markdown. {hint}"
+    return (
+        "Write replies in Markdown; the notes on this conversation below say what its "
+        "platform renders."
+    )
 
 
 def silent_replies(ctx: PromptContext) -> str:
-    when = (
-        "a group message not meant for you, or a wakeup with nothing worth reporting"
-        if ctx.chat_type == "group"
-        else "a wakeup with nothing worth reporting, or a message that needs no answer"
-    )
     return (
-        f"If no reply is needed (for example {when}), answer exactly NO_REPLY and nothing "
-        "else: nothing will be sent."
+        "If no reply is needed (for example a group message not meant for you, a wakeup "
+        "with nothing worth reporting, or a message that needs no answer), answer exactly "
+        "NO_REPLY and nothing else: nothing will be sent."
     )
 
 
 def wakeups(ctx: PromptContext) -> str:
-    if ctx.source == "scheduler":
-        return (
-            "Do what the wakeup asks. Report only what is worth telling the people here; "
-            "if there is nothing, answer NO_REPLY."
-        )
     return (
-        "Scheduled wakeups you set up earlier arrive as turns of their own; when one has "
-        "nothing worth reporting, its answer is NO_REPLY."
+        "Scheduled wakeups you set up earlier arrive as turns of their own (the turn "
+        "context says so): do what the wakeup asks and report only what is worth telling "
+        "the people here; if there is nothing, answer NO_REPLY."
     )
 
 
 def runtime(ctx: PromptContext) -> str:
+    """Conversation: the model and the conversation's key."""
     return f"Runtime: model {ctx.model}; conversation {ctx.conversation_key}."
 
 
@@ -186,28 +202,33 @@ FULL: tuple[Section, ...] = (
     persona,
     tooling,
     safety,
-    user_identity,
-    speaker,
-    current_time,
-    recalled_memories,
     formatting,
     silent_replies,
     wakeups,
-    runtime,
     persona_reminder,
+    conversation,
+    user_identity,
+    runtime,
+    wakeup_turn,
+    speaker,
+    current_time,
+    recalled_memories,
 )
 MINIMAL: tuple[Section, ...] = (
     identity,
     persona,
     tooling,
     safety,
-    user_identity,
-    current_time,
     silent_replies,
     wakeups,
+    conversation,
+    user_identity,
     runtime,
+    wakeup_turn,
+    current_time,
 )
-VOLATILE: frozenset[Section] = frozenset({speaker, current_time, recalled_memories})
+CONVERSATION: frozenset[Section] = frozenset({conversation, user_identity, runtime})
+VOLATILE: frozenset[Section] = frozenset({wakeup_turn, speaker, current_time, recalled_memories})
 
 
 def sections(ctx: PromptContext) -> list[tuple[str, str]]:
@@ -218,7 +239,13 @@ def sections(ctx: PromptContext) -> list[tuple[str, str]]:
 
 def build_system(ctx: PromptContext) -> SystemPrompt:
     chosen = FULL if ctx.mode == "full" else MINIMAL
-    stable = [text for s in chosen if s not in VOLATILE if (text := s(ctx))]
-    volatile = [text for s in chosen if s in VOLATILE if (text := s(ctx))]
+
+    def texts(kind: Callable[[Section], bool]) -> list[str]:
+        return [text for s in chosen if kind(s) if (text := s(ctx))]
+
+    shared = texts(lambda s: s not in CONVERSATION and s not in VOLATILE)
+    local = texts(lambda s: s in CONVERSATION)
+    volatile = texts(lambda s: s in VOLATILE)
     tail = f"<turn_context>\n{chr(10).join(volatile)}\n</turn_context>" if volatile else ""
-    return SystemPrompt((SystemBlock("\n\n".join(stable), cache=True),), tail)
+    blocks = (SystemBlock("\n\n".join(shared), cache=True), SystemBlock("\n\n".join(local)))
+    return SystemPrompt(blocks, tail)

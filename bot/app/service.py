@@ -8,6 +8,8 @@ that platform is enabled.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -23,6 +25,7 @@ from sqlalchemy.engine import make_url
 from bot.accounts.audit import Audit
 from bot.accounts.budgets import Budgets
 from bot.accounts.identity import Identity
+from bot.accounts.ops import AdminOps
 from bot.agent.compaction import Summarizer
 from bot.agent.events import EventBus
 from bot.agent.executor import ToolExecutor
@@ -38,6 +41,7 @@ from bot.commands.registry import Commands, CommandSpec
 from bot.config import Secrets, Settings
 from bot.conversations import Conversations
 from bot.errors import ConfigError, StartupError
+from bot.llm.gate import FairLimiter, GatedProvider
 from bot.metrics import Metrics
 from bot.personas import sync_personas
 from bot.pipeline.compactor import Compactor
@@ -63,6 +67,7 @@ from bot.tools.memory import memory_tools
 from bot.tools.registry import ToolRegistry
 from bot.tools.results import GetToolResult, ResultStore
 from bot.types import utcnow
+from bot.web.admin import AdminDeps, admin_routes
 from bot.web.server import WebServer
 
 log = logging.getLogger("switchboard.app")
@@ -75,6 +80,11 @@ HEALTH_GRACE_S = 10.0
 after its last answer."""
 
 
+PROVIDER_MODULE = "bot.llm.anthropic"
+"""Imported lazily (the SDK takes seconds to import), in a worker thread so
+the event loop never stalls on it (`import_provider`)."""
+
+
 def make_provider(settings: Settings, secrets: Secrets) -> Provider:
     from bot.llm.anthropic import AnthropicProvider
 
@@ -83,7 +93,13 @@ def make_provider(settings: Settings, secrets: Secrets) -> Provider:
         base_url=settings.llm.base_url,
         max_retries=settings.llm.max_retries,
         timeout=settings.llm.timeout_seconds,
+        max_connections=settings.llm.max_in_flight,
     )
+
+
+async def import_provider() -> None:
+    """Import the SDK off the event loop; `make_provider` then finds it loaded."""
+    await asyncio.to_thread(importlib.import_module, PROVIDER_MODULE)
 
 
 @dataclass
@@ -104,11 +120,16 @@ class App:
     web: WebServer | None = field(default=None, init=False)
     metrics: Metrics = field(default_factory=Metrics, init=False)
     """What `GET /metrics` serves; counted by the pipeline, tools, LLM calls, wakeups."""
+    ops: AdminOps = field(init=False)
+    """Budget and role changes (audited), for the admin dashboard."""
     _expected: list[str] = field(default_factory=list, init=False)
     """Platforms being started: not ready until their adapter runs."""
+    llm_gate: FairLimiter = field(init=False)
+    """LLM calls in flight (`[llm] max_in_flight`), oldest message first."""
 
     async def open(self) -> Pipeline:
         if self.provider is None:
+            await import_provider()
             self.provider = make_provider(self.settings, self.secrets)
         self.store = Store(
             self.settings.database.url,
@@ -126,7 +147,10 @@ class App:
         self._database_ready = DatabaseHealth(  # /readyz: our tables answer too
             self.store.ping_tables, timeout=HEALTH_TIMEOUT_S, grace=HEALTH_GRACE_S
         )
-        provider = CountedProvider(self.provider, self.metrics, self.settings.llm.prices)
+        self.llm_gate = FairLimiter(self.settings.llm.max_in_flight)
+        provider = GatedProvider(
+            CountedProvider(self.provider, self.metrics, self.settings.llm.prices), self.llm_gate
+        )
         personas = await sync_personas(self.store, self.settings.personas.dir)
         errors = ErrorChannel(self.store)
         agent, llm, durable = self.settings.agent, self.settings.llm, self.settings.inbox
@@ -161,6 +185,7 @@ class App:
             self.metrics,
         )
         self.scheduler = extras.scheduler
+        self.ops = extras.ops
         tools = ToolRegistry(
             [
                 *core_tools(errors),
@@ -265,6 +290,9 @@ class App:
 
     async def start_adapters(self, platforms: Sequence[str]) -> None:
         """Create the adapters named in config and start them."""
+        for name in platforms:  # their libraries load off the event loop
+            with contextlib.suppress(ImportError):  # load_adapter explains it
+                await asyncio.to_thread(importlib.import_module, f"adapters.{name}")
         await self.start([load_adapter(name, self.settings, self.secrets) for name in platforms])
 
     async def start(self, created: Sequence[Adapter]) -> None:
@@ -283,6 +311,10 @@ class App:
         for adapter in created:
             if isinstance(adapter, WebHooks):
                 self.web.add_routes(adapter.routes())
+        if self.secrets.admin_token is not None:  # the dashboard; else /admin is 404
+            inbox = self.pipeline.s.inbox
+            deps = AdminDeps(self.store, self.ops, self.scheduler.jobs, inbox.backlog)
+            self.web.add_routes(admin_routes(deps, self.secrets.admin_token.get_secret_value()))
         await self.web.start()
         for adapter in created:
             self.metrics.serve_platform(adapter.platform)

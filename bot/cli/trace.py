@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import func
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import col, select
 
 from bot.accounts.directory import Directory, UnknownUser
 from bot.accounts.identity import Identity
@@ -27,18 +24,10 @@ from bot.cli.common import open_store
 from bot.config import Secrets, Settings
 from bot.errors import CommandError, StartupError
 from bot.formatting.text import columns, noun
-from bot.store.models import Conversation, PlatformLink, Run, TokenLog, TraceSpan
+from bot.store.models import Run, TraceSpan
+from bot.store.traces import RunLine, Trace, load_trace, recent_runs
 
-if TYPE_CHECKING:
-    from bot.store import Store
-
-
-@dataclass(frozen=True, slots=True)
-class Trace:
-    run: Run
-    conversation_key: str
-    spans: list[TraceSpan]
-    cost_usd: float
+__all__ = ["RunLine", "Trace", "format_runs", "format_trace", "load_trace", "recent_runs"]
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -67,13 +56,6 @@ def _positive(text: str) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class RunLine:
-    run: Run
-    conversation_key: str
-    user: str
-
-
 async def cmd_trace_list(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
     store = open_store(settings)
     try:
@@ -96,38 +78,6 @@ async def cmd_trace_list(args: argparse.Namespace, settings: Settings, secrets: 
         return 0
     print("\n".join(format_runs(runs)))
     return 0
-
-
-async def recent_runs(
-    store: Store, limit: int, user_id: int | None = None, conversation: str | None = None
-) -> list[RunLine]:
-    """The newest `limit` runs (of one user, in one conversation or under a
-    conversation key prefix such as `slack:C1`), newest first."""
-    query = select(Run, Conversation.key).join(
-        Conversation, col(Conversation.id) == col(Run.conversation_id)
-    )
-    if user_id is not None:
-        query = query.where(Run.user_id == user_id)
-    if conversation:
-        key = col(Conversation.key)
-        query = query.where(
-            (key == conversation) | key.startswith(f"{conversation}:", autoescape=True)
-        )
-    query = query.order_by(col(Run.started_at).desc(), col(Run.id).desc()).limit(limit)
-    async with store.read() as session:
-        rows = (await session.exec(query)).all()
-        ids = {run.user_id for run, _ in rows}
-        links = (
-            await session.exec(
-                select(PlatformLink)
-                .where(col(PlatformLink.user_id).in_(ids))
-                .order_by(col(PlatformLink.id))
-            )
-        ).all()
-    handles: dict[int, str] = {}
-    for link in links:
-        handles.setdefault(link.user_id, f"{link.platform}:{link.platform_user_id}")
-    return [RunLine(run, key, handles.get(run.user_id, f"#{run.user_id}")) for run, key in rows]
 
 
 def format_runs(lines: list[RunLine]) -> list[str]:
@@ -164,33 +114,6 @@ async def cmd_trace_show(args: argparse.Namespace, settings: Settings, secrets: 
         return 1
     print(format_trace(trace))
     return 0
-
-
-async def load_trace(store: Store, run_id: str) -> Trace | None:
-    async with store.read() as session:
-        run = await session.get(Run, run_id)
-        if run is None:
-            return None
-        key = (
-            await session.exec(
-                select(Conversation.key).where(Conversation.id == run.conversation_id)
-            )
-        ).first()
-        spans = (
-            await session.exec(
-                select(TraceSpan)
-                .where(TraceSpan.run_id == run_id)
-                .order_by(col(TraceSpan.started_at), col(TraceSpan.id))
-            )
-        ).all()
-        cost = (
-            await session.exec(
-                select(func.coalesce(func.sum(TokenLog.cost_usd), 0.0)).where(
-                    TokenLog.run_id == run_id
-                )
-            )
-        ).one()
-    return Trace(run, key or "?", list(spans), float(cost))
 
 
 def format_trace(trace: Trace) -> str:

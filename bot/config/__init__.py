@@ -125,6 +125,7 @@ SECRET_ENV = {
     "slack_app_token": "SLACK_APP_TOKEN",
     "slack_signing_secret": "SLACK_SIGNING_SECRET",
     "discord_bot_token": "DISCORD_BOT_TOKEN",
+    "admin_token": "SWITCHBOARD_ADMIN_TOKEN",
 }
 
 
@@ -140,6 +141,8 @@ class Secrets(BaseModel):
     slack_app_token: SecretStr | None = None
     slack_signing_secret: SecretStr | None = None
     discord_bot_token: SecretStr | None = None
+    admin_token: SecretStr | None = None
+    """The admin dashboard (`/admin`) is served only when this is set."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Secrets:

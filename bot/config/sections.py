@@ -82,6 +82,9 @@ class LLMSettings(Section):
     max_retries: int = Field(default=2, ge=0, le=10)
     history_turns: int = Field(default=20, ge=1)
     tool_timeout_seconds: float = Field(default=60.0, gt=0)
+    max_in_flight: int = Field(default=1000, ge=1)
+    """LLM calls in flight at once, over all conversations (more wait, oldest
+    message first); also the size of the HTTP connection pool to the API."""
     prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
 
     @field_validator("base_url")
@@ -140,7 +143,9 @@ class AgentSettings(Section):
     memory_flush_timeout_seconds: float = Field(default=90.0, gt=0)
     memory_recall: int = Field(default=3, ge=0)
     run_timeout_seconds: float = Field(default=300.0, gt=0)
-    max_concurrent: int = Field(default=3, ge=1)
+    max_concurrent: int = Field(default=0, ge=0)
+    """Conversations (threads) of one channel running at once; 0: no limit per
+    channel (`[llm] max_in_flight` bounds the LLM calls of all of them)."""
     max_continuations: int = Field(default=1, ge=0, le=5)
 
     @field_validator("models")

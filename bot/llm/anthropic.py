@@ -82,6 +82,9 @@ class AnthropicProvider:
     and friends); `base_url=None` keeps its ``ANTHROPIC_BASE_URL`` handling.
     `max_retries` is the SDK's own retry budget (429, 5xx, 529, connection
     errors; it honours ``retry-after``) before an error reaches the caller.
+    `max_connections` sizes the HTTP connection pool (and the idle connections
+    it keeps), so that many calls in flight never queue for a connection; None
+    keeps the SDK's default pool.
     """
 
     def __init__(
@@ -91,17 +94,29 @@ class AnthropicProvider:
         base_url: str | None = None,
         max_retries: int = 2,
         timeout: float = 600.0,
+        max_connections: int | None = None,
     ) -> None:
         self._api_key = api_key
+        http_client: httpx2.AsyncClient | None = None
+        if max_connections is not None:
+            # The SDK's own client class keeps its defaults (keep-alive socket
+            # options, proxies from the environment); only the pool changes.
+            http_client = anthropic.DefaultAsyncHttpxClient(
+                limits=httpx2.Limits(
+                    max_connections=max_connections, max_keepalive_connections=max_connections
+                )
+            )
         try:
             if base_url is None:
                 self._client = anthropic.AsyncAnthropic(
-                    api_key=api_key, max_retries=max_retries, timeout=timeout
-                )
+                    api_key=api_key, max_retries=max_retries, timeout=timeout,
+                    http_client=http_client,
+                )  # fmt: skip
             else:
                 self._client = anthropic.AsyncAnthropic(
-                    api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
-                )
+                    api_key=api_key, base_url=base_url, max_retries=max_retries,
+                    timeout=timeout, http_client=http_client,
+                )  # fmt: skip
         except anthropic.CredentialsError as exc:  # a broken credentials profile on disk
             raise ProviderAuthError(_credentials_message(exc)) from exc
 

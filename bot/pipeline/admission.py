@@ -17,6 +17,12 @@ A new message also waits while the event loop itself runs late
 and `/healthz` share that loop, so under more load than the CPU can answer,
 the answering slows down, not the accepting. Runs already under way are not
 held back: finishing them is what frees the loop.
+
+Slots are handed out fairly (`bot.llm.gate.FairLimiter`): a message taking its
+slot back after a wait (its turn came, the model answered) goes before every
+message not yet started, so under a burst of a thousand new messages the runs
+already under way finish (and reply) first instead of queueing behind the
+whole burst; within each kind, first come first served.
 """
 
 from __future__ import annotations
@@ -26,21 +32,27 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 
+from bot.llm.gate import FairLimiter
+
+RESUMING, NEW = 0.0, 1.0
+"""Queue keys: a message that already had a slot goes before new ones."""
+
 
 class Slot:
-    def __init__(self, semaphore: asyncio.Semaphore) -> None:
-        self._semaphore = semaphore
+    def __init__(self, limiter: FairLimiter) -> None:
+        self._limiter = limiter
         self.held = False
+        self.started = False
 
     async def take(self) -> None:
         if not self.held:
-            await self._semaphore.acquire()
-            self.held = True
+            await self._limiter.acquire(RESUMING if self.started else NEW)
+            self.held = self.started = True
 
     def give_up(self) -> None:
         if self.held:
             self.held = False
-            self._semaphore.release()
+            self._limiter.release()
 
 
 current_slot: ContextVar[Slot | None] = ContextVar("current_slot", default=None)
@@ -75,14 +87,14 @@ class LoopLag:
 
 class Admission:
     def __init__(self, limit: int, max_loop_lag: float = 0.0) -> None:
-        self._semaphore = asyncio.Semaphore(limit)
+        self._limiter = FairLimiter(limit)
         self.limit = limit
         self.lag = LoopLag(max_loop_lag)
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[Slot]:
         """A slot for the current message, given up on exit whatever happens."""
-        slot = Slot(self._semaphore)
+        slot = Slot(self._limiter)
         token = current_slot.set(slot)
         try:
             await slot.take()
@@ -94,7 +106,7 @@ class Admission:
 
     @property
     def waiting(self) -> bool:
-        return self._semaphore.locked()
+        return self._limiter.locked()
 
 
 @contextlib.asynccontextmanager

@@ -14,8 +14,10 @@ others with a "merged" outcome naming the run.
 `stop()` cancels the active run of a conversation (its task: the LLM stream or
 the tools stop at once); tickets queued behind it from the same group are
 taken into the cancelled run (recorded, not answered). `run_task` gives the
-run its overall timeout. A semaphore per channel lets at most `max_concurrent`
-conversations of one channel (threads) run at once.
+run its overall timeout. A semaphore per channel can hold a channel to at most
+`max_concurrent` conversations (threads) running at once; 0 (the default)
+leaves channels unlimited, so a busy channel runs like as many DMs: what bounds
+the runs is the global cap on LLM calls in flight (`bot.llm.gate`).
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ RunEnd = Literal["done", "stop", "timeout"]
 
 
 class RunControl:
-    def __init__(self, max_concurrent: int = 3) -> None:
+    def __init__(self, max_concurrent: int = 0) -> None:
         self.max_concurrent = max_concurrent
         self._lanes: dict[str, Lane] = {}
         self._channels: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
@@ -203,6 +205,9 @@ class RunControl:
 
     @contextlib.asynccontextmanager
     async def _channel(self, channel_key: str) -> AsyncIterator[None]:
+        if self.max_concurrent <= 0:
+            yield
+            return
         entry = self._channels.get(channel_key)
         if entry is None:
             entry = self._channels[channel_key] = (asyncio.Semaphore(self.max_concurrent), [0])

@@ -32,6 +32,7 @@ from bot.agent.guard import BLOCKED_REPLY
 from bot.agent.state import RunInput
 from bot.conversations import ConversationRecord
 from bot.errors import ShuttingDown
+from bot.llm.gate import arrival
 from bot.logs import current_run_id, run_scope
 from bot.pipeline.admission import Admission, current_slot, waiting
 from bot.pipeline.control import Batch, Ticket
@@ -128,13 +129,13 @@ class Pipeline:
             if on_accepted is not None:  # durably ours: the platform may forget it now
                 on_accepted()
             self._hold(msg)
-            async with self._admission.slot():
+            async with _arrived(msg), self._admission.slot():
                 return await self._process(msg, deliver)
 
     async def resume(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome:
         """Run a message taken over from the inbox (already claimed)."""
         self._hold(msg)
-        async with self._tracked(), self._admission.slot():
+        async with self._tracked(), _arrived(msg), self._admission.slot():
             return await self._process(msg, deliver)
 
     def working_on(self, platform: str, event_id: str) -> bool:
@@ -428,3 +429,14 @@ class Pipeline:
             await self._delivery.conclude([msg], state)
         except Exception:
             log.exception("inbox.finish_failed platform=%s", msg.platform)
+
+
+@contextlib.asynccontextmanager
+async def _arrived(msg: IncomingMessage) -> AsyncIterator[None]:
+    """While `msg` is handled, its LLM calls queue by when it arrived (oldest
+    first, `bot.llm.gate`)."""
+    token = arrival.set(msg.received_at.timestamp())
+    try:
+        yield
+    finally:
+        arrival.reset(token)

@@ -62,6 +62,7 @@ class LiveReply:
         self._on_drafts = on_drafts
         self._recorded: tuple[str, ...] = ()
         self._last_activity: str | None = None
+        self._waited = False
         self._subscription: Subscription = bus.subscribe(
             conversation_key=conversation_key, maxsize=QUEUE_SIZE
         )
@@ -128,6 +129,11 @@ class LiveReply:
                 text = self.view.text or self.shown
                 if not text:
                     continue  # nothing safe to show yet: the typing indicator goes on
+                if not self._waited:  # a reply done within an interval is sent whole
+                    self._waited = True
+                    await self._sleep(self.interval)
+                    self._changed.set()
+                    continue
                 activity = self.view.activity  # as shown: it may change during the update
                 shown = _with_activity(text, activity)
                 if shown == _with_activity(self.shown, self._last_activity):

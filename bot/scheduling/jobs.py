@@ -125,15 +125,27 @@ class Jobs:
             rows = (await session.exec(query.order_by(col(ScheduledJob.id)))).all()
         return [JobInfo(job, key, platform) for job, key, platform in rows]
 
-    async def for_platforms(self, platforms: Collection[str]) -> list[ScheduledJob]:
-        """Open jobs, and closed ones with replies still to deliver, on `platforms`."""
+    async def versions(self, platforms: Collection[str]) -> dict[int, int]:
+        """Job id → version of the open jobs on `platforms` and the closed ones
+        with replies still to deliver: two small columns, so a sync can tell
+        what changed without loading thousands of rows (then `get_many`)."""
         query = (
-            select(ScheduledJob)
+            select(ScheduledJob.id, ScheduledJob.version)
             .join(Conversation, col(Conversation.id) == col(ScheduledJob.conversation_id))
             .where(
                 col(Conversation.platform).in_(list(platforms)),
                 col(ScheduledJob.state).in_(OPEN_STATES) | col(ScheduledJob.retry_at).is_not(None),
             )
+        )
+        async with self._store.read() as session:
+            return {
+                job_id: version for job_id, version in (await session.exec(query)).all() if job_id
+            }
+
+    async def get_many(self, job_ids: Collection[int]) -> list[ScheduledJob]:
+        query = (
+            select(ScheduledJob)
+            .where(col(ScheduledJob.id).in_(list(job_ids)))
             .order_by(col(ScheduledJob.id))
         )
         async with self._store.read() as session:

@@ -18,6 +18,12 @@ so it is recorded on the job too.
 Tests drive it with a controllable clock: `start(timer=False)` keeps
 APScheduler paused (jobs are still registered), and `run_due()` fires what the
 clock says is due through the same code path.
+
+A sync reads only (id, version) of every job, then loads and registers the
+jobs whose version changed in batches of `REGISTER_BATCH`, with a pass
+through the event loop between them: thousands of jobs never hold the loop
+(and the messages, webhooks and health checks it serves) for more than a
+moment, at start or at any later sync.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ from bot.store.models import ScheduledJob
 from bot.types import utcnow
 
 log = logging.getLogger("switchboard.scheduler")
+
+REGISTER_BATCH = 50
+"""Jobs registered with APScheduler between two passes through the event loop."""
 
 
 class Scheduler:
@@ -239,14 +248,18 @@ class Scheduler:
             if not (await self._budgets.status(owner.id, owner.role)).exhausted:
                 await self.jobs.change(job.id, "resume", now)
                 log.info("job.resumed id=%s (budget available again)", job.id)
-        rows = await self.jobs.for_platforms(self.platforms)
-        seen = set()
-        for job in rows:
-            assert job.id is not None
-            seen.add(job.id)
-            if self._known.get(job.id) != job.version:
-                self.register(job)
-        for job_id in set(self._known) - seen:
+        known = set(self._known)  # before the read: a job created meanwhile stays
+        versions = await self.jobs.versions(self.platforms)
+        # Versions only grow: a row older than what a fire registered meanwhile
+        # (while this sync waited on the database) is not put back.
+        stale = sorted(i for i, v in versions.items() if v > self._known.get(i, -1))
+        for start in range(0, len(stale), REGISTER_BATCH):
+            for job in await self.jobs.get_many(stale[start : start + REGISTER_BATCH]):
+                assert job.id is not None
+                if job.version > self._known.get(job.id, -1):
+                    self.register(job)
+            await asyncio.sleep(0)  # a pass through the loop between batches
+        for job_id in known - set(versions):
             self._unregister(job_id)
 
     async def _refresh(self, job_id: int) -> None:

@@ -36,14 +36,15 @@ def test_full_mode_has_every_section_in_order():
         "persona",
         "tooling",
         "safety",
-        "user_identity",
-        "current_time",
-        "recalled_memories",
         "formatting",
         "silent_replies",
         "wakeups",
-        "runtime",
         "persona_reminder",
+        "conversation",
+        "user_identity",
+        "runtime",
+        "current_time",
+        "recalled_memories",
     ]
 
 
@@ -54,36 +55,39 @@ def test_minimal_mode_for_wakeups_and_internal_turns():
         "persona",
         "tooling",
         "safety",
-        "user_identity",
-        "current_time",
         "silent_replies",
         "wakeups",
+        "conversation",
+        "user_identity",
         "runtime",
+        "wakeup_turn",
+        "current_time",
     ]
 
 
 def test_sections_say_what_they_should():
     c = ctx()
-    assert prompt.identity(c) == (
-        "You are an AI assistant talking with people on telegram, in a direct conversation."
+    assert "chat platforms" in prompt.identity(c)
+    assert prompt.conversation(c).startswith(
+        "This conversation: a direct conversation on telegram."
     )
-    assert "a group chat" in prompt.identity(ctx(chat_type="group"))
+    assert "Telegram renders" in prompt.conversation(c)
+    assert "a group chat on telegram" in prompt.conversation(ctx(chat_type="group"))
+    assert prompt.conversation(ctx(platform="irc")).endswith("Answer in Markdown.")
     assert prompt.persona(c) == "You are Ada, a terse engineer."
-    assert prompt.tooling(c) == "You can use these tools when they help:\n- clock: Tell the time."
+    assert prompt.tooling(c) == "Use your tools when they help."
     assert prompt.tooling(ctx(tools=())) == ""
     assert "memory_save" in prompt.tooling(ctx(tools=(ProbeTool("memory_save"),)))
     assert "<document>" in prompt.safety(c) and "never reveal" in prompt.safety(c).lower()
     assert prompt.user_identity(c) == "You are talking with Bob (role: user)."
     assert "[their name]" in prompt.user_identity(ctx(chat_type="group"))
-    assert "scheduled wakeup" in prompt.user_identity(ctx(source="scheduler"))
+    assert "scheduled wakeup" in prompt.wakeup_turn(ctx(source="scheduler"))
+    assert prompt.wakeup_turn(c) == ""
     assert prompt.current_time(c) == "Current time: 2026-03-04 05:06 UTC (Wednesday)."
-    assert "Telegram renders" in prompt.formatting(c)
-    assert (
-        prompt.formatting(ctx(platform="irc")) == "Write replies in Markdown. Answer in Markdown."
-    )
+    assert "Markdown" in prompt.formatting(c)
     assert "NO_REPLY" in prompt.silent_replies(c)
-    assert "not meant for you" in prompt.silent_replies(ctx(chat_type="group"))
-    assert "NO_REPLY" in prompt.wakeups(ctx(source="scheduler"))
+    assert "not meant for you" in prompt.silent_replies(c)
+    assert "NO_REPLY" in prompt.wakeups(c)
     assert prompt.runtime(c) == "Runtime: model claude-sonnet-5-5; conversation telegram:42:-."
     assert prompt.persona_reminder(c).startswith("Remember: you are Ada")
     assert prompt.persona_reminder(ctx(persona_prompt="")) == ""
@@ -96,15 +100,39 @@ def test_the_system_prompt_is_stable_and_the_turn_context_is_separate():
     first = build_system(ctx(now=NOW, memories=("#3 (2026-01-01): prefers tea",)))
     later = build_system(ctx(now=datetime(2026, 3, 5, 9, 0, tzinfo=UTC)))
     assert first.blocks == later.blocks  # cacheable: nothing in it changes per turn
-    assert len(first.blocks) == 1 and first.blocks[0].cache
-    text = first.blocks[0].text
-    assert text.index("Ada, a terse engineer") < text.index("Runtime:") < text.index("Remember:")
-    assert "Current time" not in text and "prefers tea" not in text
+    assert len(first.blocks) == 2 and first.blocks[0].cache and not first.blocks[1].cache
+    shared, local = (b.text for b in first.blocks)
+    assert shared.index("Ada, a terse engineer") < shared.index("Remember:")
+    assert local.index("This conversation:") < local.index("Bob") < local.index("Runtime:")
+    for text in (shared, local):
+        assert "Current time" not in text and "prefers tea" not in text
     assert first.volatile.startswith("<turn_context>\n") and first.volatile.endswith(
         "</turn_context>"
     )
     assert "Current time: 2026-03-04 05:06 UTC" in first.volatile
     assert "- #3 (2026-01-01): prefers tea" in first.volatile
+
+
+def test_every_conversation_of_a_persona_shares_the_cached_block_byte_for_byte():
+    """Different users, platforms, kinds of chat, conversations, times and
+    memories: the block before the cache breakpoint is the same bytes; what
+    differs is after it."""
+    variants = [
+        ctx(),
+        ctx(user_name="Carol", user_role="admin", conversation_key="telegram:7:-"),
+        ctx(platform="slack", chat_type="group", conversation_key="slack:C1:171.2"),
+        ctx(platform="discord", now=datetime(2027, 1, 1, tzinfo=UTC), memories=("likes tea",)),
+        ctx(source="scheduler"),
+    ]
+    built = [build_system(c) for c in variants]
+    cached = {b.blocks[0].text.encode() for b in built}
+    assert len(cached) == 1
+    assert all(b.blocks[0].cache for b in built)
+    assert len({b.blocks[1].text for b in built}) == 4  # the scheduler turn shares ctx()'s
+    assert "Carol" in built[1].blocks[1].text and "Carol" not in built[1].blocks[0].text
+    # Another persona has a prefix of its own.
+    other = build_system(ctx(persona_name="Max", persona_prompt="You are Max."))
+    assert other.blocks[0].text != built[0].blocks[0].text
 
 
 def test_group_speaker_changes_only_the_turn_context():
@@ -114,7 +142,9 @@ def test_group_speaker_changes_only_the_turn_context():
     assert "from Alice" in alice.volatile and "from Bob" in bob.volatile
 
 
-def test_only_the_tools_given_are_listed():
-    text = build_system(ctx(tools=(ProbeTool("a"), ProbeTool("b")))).blocks[0].text
-    assert "- a: A test tool." in text and "- b: A test tool." in text
-    assert "- clock" not in text
+def test_tool_descriptions_are_not_repeated_in_the_prompt():
+    tools = (ProbeTool("alpha", description="Frobnicate widgets."), ProbeTool("beta"))
+    built = build_system(ctx(tools=tools))
+    text = "".join(b.text for b in built.blocks) + built.volatile
+    assert "alpha" not in text and "Frobnicate" not in text and "beta" not in text
+    assert "Use your tools" in text

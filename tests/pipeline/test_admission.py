@@ -46,3 +46,46 @@ async def test_no_wait_on_a_calm_loop_or_when_turned_off() -> None:
     asyncio.get_running_loop().call_soon(busy, 0.05)
     await off.calm()  # returns without measuring
     assert off.waits == 0 and off.last == 0.0
+
+
+async def test_a_message_taking_its_slot_back_goes_before_new_ones() -> None:
+    """Under a burst, a run coming back from the model (or from its turn) is
+    not queued behind every message not yet started."""
+    admission = Admission(1)
+    order: list[str] = []
+    back = asyncio.Event()
+
+    async def running() -> None:
+        async with admission.slot() as slot:
+            slot.give_up()  # waiting for the model
+            await back.wait()
+            await slot.take()  # the model answered
+            order.append("running")
+
+    async def new(name: str) -> None:
+        async with admission.slot():
+            order.append(name)
+
+    first = asyncio.create_task(running())
+    await asyncio.sleep(0)
+    # The slot is free while `running` waits: a new message takes it.
+    blocker_done = asyncio.Event()
+
+    async def blocker() -> None:
+        async with admission.slot():
+            order.append("blocker")
+            await blocker_done.wait()
+
+    b = asyncio.create_task(blocker())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    others = [asyncio.create_task(new(f"new{i}")) for i in range(3)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    back.set()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    blocker_done.set()
+    await asyncio.gather(first, b, *others)
+    assert order == ["blocker", "running", "new0", "new1", "new2"]
+    assert not admission.waiting

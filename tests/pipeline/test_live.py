@@ -265,3 +265,13 @@ async def test_a_takeover_closes_what_the_dead_run_had_posted(make_app, fake_ant
     async with app.store.read() as session:
         row = (await session.exec(select(InboxItem))).one()
     assert row.state == "answered"
+
+
+async def test_a_reply_done_within_an_interval_is_just_sent_whole(make_app, fake_anthropic):
+    app, adapter = await start(make_app, interval=5.0)
+    fake_anthropic.script(text_reply("Quick one.", chunk_size=2))
+    await app.pipeline.handle(message("q"))
+
+    (live,) = adapter.lives
+    assert live.updates == [] and not live.discarded
+    assert [(r.text, r.drafts) for r in adapter.sent] == [("Quick one.", ())]

@@ -87,8 +87,10 @@ async def test_wakeup_posts_into_its_conversation_charged_to_the_owner(make_app,
     request = fake_anthropic.last_request
     assert request.model == app.settings.llm.fast_model  # wakeups use the fast model
     system = " ".join(block["text"] for block in request.system)
-    assert "scheduled wakeup" in system and "group chat" in system
-    assert "remind the team about the demo" in request.messages[-1]["content"][0]["text"]
+    assert "a group chat on slack" in system
+    last = " ".join(b.get("text", "") for b in request.messages[-1]["content"])
+    assert "remind the team about the demo" in last
+    assert "started by a scheduled wakeup" in last  # the turn context, after the cached prefix
     async with app.store.read() as s:
         run = (await s.exec(select(Run))).one()
         log = (await s.exec(select(TokenLog))).one()
