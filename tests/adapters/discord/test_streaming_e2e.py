@@ -86,7 +86,8 @@ async def test_a_reply_grows_by_edits_and_ends_as_the_non_streamed_rendering(
     assert fake_discord.visible(CHANNEL_ID) == [live]
     assert [live.content] == render(FINAL)  # what `send` renders without streaming
     calls = bot_calls(fake_discord)
-    assert calls[0] == ("POST", "Let me look that up.")  # the first words, before the tool
+    assert calls[0][0] == "POST"  # the first words, posted before the tool had answered
+    assert calls[0][1].startswith("Let me look that up.")
     assert [m for m, _ in calls[1:]] == ["PATCH"] * (len(calls) - 1)  # edited, never re-posted
     assert live.edits[-1] == calls[-1][1] == render(FINAL)[0]
 
