@@ -12,7 +12,11 @@ author's message and may ping the author, nothing else ever pings
 (`AllowedMentions.none()`). discord.py retries 429s itself, per route and channel
 bucket, so a rate-limited channel never holds up another one; a wait longer than
 `discord.max_ratelimit_wait` gives up. Anything that finally fails raises
-`DeliveryFailed`, which the pipeline records.
+`DeliveryFailed`, which the pipeline records (`delivery.py`).
+
+Streaming (`open_stream`, `streaming.py`): while the model writes, the reply is posted
+once there is text and then edited (the core throttles the updates); `send` then edits
+those messages (`Reply.drafts`) into the final reply's parts.
 
 Slash commands: one per core command, synced at start (`discord.sync_commands`). The
 interaction is deferred ephemerally before anything else (Discord wants an answer
@@ -40,13 +44,8 @@ import aiohttp
 import discord
 
 from adapters.discord.catchup import catch_up
-from adapters.discord.client import (
-    NO_PINGS,
-    REPLY_PING,
-    Endpoints,
-    SwitchboardClient,
-    buttons_view,
-)
+from adapters.discord.client import NO_PINGS, Endpoints, SwitchboardClient, buttons_view
+from adapters.discord.delivery import SEND_ERRORS, deliver, describe
 from adapters.discord.files import Downloader
 from adapters.discord.parse import (
     PLATFORM,
@@ -56,6 +55,7 @@ from adapters.discord.parse import (
     press_message,
 )
 from adapters.discord.render import render
+from adapters.discord.streaming import LiveDiscordMessage, StreamRest
 from bot.config import DiscordSettings, Secrets, Settings
 from bot.errors import ConfigError, DeliveryFailed, StartupError
 from bot.ports import Core, SendProgress, hand_over
@@ -65,7 +65,6 @@ log = logging.getLogger("switchboard.discord")
 
 READY_TIMEOUT_S = 60.0
 _TOKEN_HINT = "Check DISCORD_BOT_TOKEN: the bot's token from the developer portal (Bot page)."
-SEND_ERRORS = (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError)
 
 
 class DiscordAdapter:
@@ -80,6 +79,7 @@ class DiscordAdapter:
         self._connection: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._files = Downloader(settings.max_file_bytes)
+        self._stream = StreamRest()
         self.identity = BotIdentity(PLATFORM, "")
 
     # -- lifecycle ----------------------------------------------------------
@@ -116,12 +116,13 @@ class DiscordAdapter:
             ) from None
         except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
             raise StartupError(
-                f"cannot log in to Discord at {where}: {_describe(exc)}",
+                f"cannot log in to Discord at {where}: {describe(exc)}",
                 "Check the network and [discord] api_base_url.",
             ) from None
         assert client.user is not None  # login() fetched /users/@me
         self.identity = BotIdentity(PLATFORM, str(client.user.id), client.user.name)
         await self._files.open()  # messages may arrive as soon as the gateway is up
+        await self._open_stream_rest()
         self._connection = asyncio.create_task(client.connect(reconnect=True))
         ready = asyncio.create_task(client.connected.wait())
         await asyncio.wait(
@@ -141,7 +142,13 @@ class DiscordAdapter:
             )
         if isinstance(error, discord.ConnectionClosed) and error.code == 4004:
             raise StartupError("Discord's gateway rejected the bot token (4004)", _TOKEN_HINT)
-        raise StartupError(f"cannot connect to Discord's gateway: {_describe(error)}")
+        raise StartupError(f"cannot connect to Discord's gateway: {describe(error)}")
+
+    async def _open_stream_rest(self) -> None:
+        try:
+            await self._stream.open(self._token)
+        except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+            log.warning("discord.streaming_off: cannot log in its REST client: %s", describe(exc))
 
     async def ready(self) -> bool:
         """The gateway is connected (not closed, not between reconnects).
@@ -160,6 +167,7 @@ class DiscordAdapter:
                 await self._connection
             self._connection = None
         await self._files.close()
+        await self._stream.close()
         if self._endpoints is not None:
             self._endpoints.restore()
             self._endpoints = None
@@ -236,7 +244,7 @@ class DiscordAdapter:
         try:
             await interaction.response.defer(ephemeral=True, thinking=True)
         except SEND_ERRORS as exc:  # expired, answered elsewhere, unreachable: no way to reply
-            log.error("discord.defer_failed interaction=%s: %s", interaction.id, _describe(exc))
+            log.error("discord.defer_failed interaction=%s: %s", interaction.id, describe(exc))
             return
         core = self._core
         if core is None:
@@ -306,7 +314,7 @@ class DiscordAdapter:
                     placeholder = False
             except SEND_ERRORS as exc:
                 await core.record_delivery_failure(
-                    reply, DeliveryFailed(f"interaction follow-up failed: {_describe(exc)}")
+                    reply, DeliveryFailed(f"interaction follow-up failed: {describe(exc)}")
                 )
         if placeholder:  # nothing to say (a duplicate delivery): remove "thinking…"
             with contextlib.suppress(*SEND_ERRORS):
@@ -315,40 +323,15 @@ class DiscordAdapter:
     # -- outgoing -----------------------------------------------------------
 
     async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]:
-        """Post the parts after those `progress` says are done. Each part carries a
-        nonce derived from its outbox row, enforced by Discord: a part posted just
-        before a crash is not posted again when the reply is taken over."""
-        target = reply.target
-        channel = self._channel(target)
-        chunks = render(reply.text)
-        sent: list[str] = list(progress.done) if progress else []
-        for index, chunk in enumerate(chunks):
-            if index < len(sent):
-                continue
-            # discord.py sends a nonce with enforce_nonce=true: Discord returns the
-            # message already posted with it instead of posting it twice.
-            extra: dict[str, Any] = {"nonce": progress.nonce(index)} if progress else {}
-            view = buttons_view(reply.buttons) if index == len(chunks) - 1 else None
-            if view is not None:
-                extra["view"] = view
-            try:
-                if index == 0 and target.reply_to_message_id:
-                    reference = discord.MessageReference(
-                        message_id=int(target.reply_to_message_id),
-                        channel_id=int(target.channel_id),
-                        fail_if_not_exists=False,  # the author deleted it: post anyway
-                    )
-                    message = await channel.send(
-                        chunk, reference=reference, allowed_mentions=REPLY_PING, **extra
-                    )
-                else:
-                    message = await channel.send(chunk, allowed_mentions=NO_PINGS, **extra)
-            except SEND_ERRORS as exc:
-                part = f" (part {index + 1} of {len(chunks)})" if len(chunks) > 1 else ""
-                reason = f"Discord did not take the message{part}: {_describe(exc)}"
-                raise DeliveryFailed(reason) from exc
-            sent.append(str(message.id))
-        return sent
+        """Post the parts after those `progress` says are done, editing the streamed
+        drafts into the first ones (see `delivery.py`)."""
+        return await deliver(self._channel(reply.target), reply, progress)
+
+    def open_stream(self, target: Target) -> LiveDiscordMessage | None:
+        """Post, then edit, while the reply is written (`streaming.py`). No I/O here."""
+        if self._client is None or not self._stream.ready:
+            return None
+        return LiveDiscordMessage(self._stream, target, self._channel(target))
 
     async def show_typing(self, target: Target) -> None:
         await self._channel(target).typing()
@@ -360,15 +343,9 @@ class DiscordAdapter:
         return self._client.get_partial_messageable(int(target.channel_id), guild_id=guild_id)
 
 
-def _describe(exc: BaseException | None) -> str:
-    if isinstance(exc, discord.RateLimited):
-        return f"rate limited for {exc.retry_after:.0f}s (longer than discord.max_ratelimit_wait)"
-    return f"{type(exc).__name__}: {exc}" if exc is not None else "no error"
-
-
 def _connection_ended(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.error("discord.disconnected: %s", _describe(task.exception()))
+        log.error("discord.disconnected: %s", describe(task.exception()))
 
 
 def create_adapter(settings: Settings, secrets: Secrets) -> DiscordAdapter:

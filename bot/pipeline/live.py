@@ -134,13 +134,14 @@ class LiveReply:
                     await self._sleep(self.interval)
                     self._changed.set()
                     continue
-                shown = _with_activity(text, self.view.activity)
+                activity = self.view.activity  # as shown: it may change during the update
+                shown = _with_activity(text, activity)
                 if shown == _with_activity(self.shown, self._last_activity):
                     continue
                 pause = await self._update(shown)
                 if pause is None:
                     return
-                self.shown, self._last_activity = text, self.view.activity
+                self.shown, self._last_activity = text, activity
                 await self._sleep(max(pause, self.interval))
         except asyncio.CancelledError:
             raise

@@ -16,11 +16,14 @@ out who would be notified: `Posted.pings`), ``POST /channels/{id}/typing``;
 ``PUT /applications/{app}/commands``; ``POST /interactions/{id}/{token}/callback``
 (types 4, 5, and 6 for button presses made with `button_press`; message components
 checked: `Posted.components`);
+``PATCH`` and ``DELETE /channels/{id}/messages/{id}`` (tests/fakes/discord_edits.py:
+`Posted.edits` keeps each content an edit set);
 ``POST /webhooks/{app}/{token}`` and ``DELETE .../messages/@original``, with
 Discord's rule that the first follow-up after a deferral fills the deferred message
 and keeps the deferral's visibility; ``GET /attachments/...`` serves files added with
 `add_file` (the CDN). Errors have Discord's ``{"message", "code"}`` shape; a 429 carries
-``retry_after``, ``global`` and the ``Via`` header discord.py looks for.
+``retry_after``, ``global`` and the ``Via`` header discord.py looks for (`rate_limit`,
+per channel and method; `cloudflare=True`: a bare HTML 429 as Cloudflare sends).
 
 Gateway, ``GET /gateway``: see tests/fakes/discord_gateway.py. `dispatch(event, d)`
 sends to every identified session; messages the bot posts come back to it as
@@ -39,12 +42,13 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from aiohttp import web
 
+from tests.fakes.discord_edits import delete_message, edit_message
 from tests.fakes.discord_gateway import Gateway
 from tests.fakes.discord_payloads import (
     ALICE,
@@ -103,6 +107,8 @@ class Posted:
     deleted: bool = False
     components: list[dict[str, Any]] | None = None
     """Action rows of buttons under the message."""
+    edits: list[str] = field(default_factory=list)
+    """The content each edit set, in order (`content` is the last)."""
 
 
 @dataclass
@@ -134,7 +140,8 @@ class FakeDiscord:
         self._nonces: dict[tuple[str, str], str] = {}
         self.nonce_hits = 0
         """Message posts answered with the message already created with that nonce."""
-        self._limits: dict[str, list[tuple[float, bool]]] = {}
+        self._limits: dict[tuple[str, str], list[tuple[float, bool, bool]]] = {}
+        self.deleted_ids: set[str] = set()
         self._failures: dict[str, tuple[int, int, str]] = {}
         self._expired: set[str] = set()
         self._ids = itertools.count(1)
@@ -153,6 +160,9 @@ class FakeDiscord:
         app.router.add_get(api + "/gateway/bot", self._gateway_bot)
         app.router.add_post(api + "/channels/{channel}/messages", self._create_message)
         app.router.add_get(api + "/channels/{channel}/messages", self._history)
+        one = api + "/channels/{channel}/messages/{message}"
+        app.router.add_patch(one, self._edit_message)
+        app.router.add_delete(one, self._delete_message)
         app.router.add_post(api + "/channels/{channel}/typing", self._typing)
         app.router.add_put(api + "/applications/{app}/commands", self._put_commands)
         app.router.add_post(api + "/interactions/{id}/{token}/callback", self._callback)
@@ -199,9 +209,46 @@ class FakeDiscord:
     def snowflake(self) -> str:
         return str(1_600_000_000_000_000_000 + next(self._ids))
 
-    def rate_limit(self, channel_id: str, retry_after: float, *, is_global: bool = False) -> None:
-        """Answer the next message POST to `channel_id` with a 429."""
-        self._limits.setdefault(channel_id, []).append((retry_after, is_global))
+    def rate_limit(
+        self,
+        channel_id: str,
+        retry_after: float,
+        *,
+        is_global: bool = False,
+        method: str = "POST",
+        cloudflare: bool = False,
+    ) -> None:
+        """Answer the next message `method` (POST: create, PATCH: edit, DELETE) in
+        `channel_id` with a 429 (`cloudflare`: an HTML page without `Via`)."""
+        self._limits.setdefault((method, channel_id), []).append(
+            (retry_after, is_global, cloudflare)
+        )
+
+    def take_rate_limit(self, method: str, channel_id: str) -> web.Response | None:
+        """The 429 to answer this request with, if one was asked for."""
+        if not (limits := self._limits.get((method, channel_id))):
+            return None
+        retry_after, is_global, cloudflare = limits.pop(0)
+        self.rate_limited.append((channel_id, retry_after))
+        if cloudflare:
+            return web.Response(
+                status=429,
+                text="<html><body>Error 1015: You are being rate limited</body></html>",
+                content_type="text/html",
+                headers={"Retry-After": str(int(retry_after + 0.999))},
+            )
+        return rate_limited(retry_after, is_global)
+
+    def delete(self, message_id: str) -> None:
+        """Someone (a moderator) deleted the message."""
+        self.deleted_ids.add(message_id)
+        for posted in self.posted:
+            if posted.id == message_id:
+                posted.deleted = True
+
+    def message(self, message_id: str) -> dict[str, Any] | None:
+        """The message object Discord keeps for `message_id` (deleted ones too)."""
+        return self._messages.get(message_id)
 
     def fail(self, channel_id: str, status: int = 403, code: int = 50013, text: str = "") -> None:
         """Refuse every message POST to `channel_id` (default: Missing Permissions)."""
@@ -363,20 +410,28 @@ class FakeDiscord:
         after = int(request.query.get("after") or 0)
         limit = min(max(int(request.query.get("limit") or 50), 1), 100)
         found = sorted(
-            (m for m in self._messages.values() if m["channel_id"] == channel_id),
+            (
+                m
+                for m in self._messages.values()
+                if m["channel_id"] == channel_id and m["id"] not in self.deleted_ids
+            ),
             key=lambda m: int(m["id"]),
         )
         newer = [m for m in found if int(m["id"]) > after]
         chosen = newer[:limit] if after else newer[-limit:]
         return json_response(list(reversed(chosen)))
 
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        return await edit_message(self, request)
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        return await delete_message(self, request)
+
     async def _create_message(self, request: web.Request) -> web.Response:
         channel_id = request.match_info["channel"]
         body = await request.json()
-        if limits := self._limits.get(channel_id):
-            retry_after, is_global = limits.pop(0)
-            self.rate_limited.append((channel_id, retry_after))
-            return rate_limited(retry_after, is_global)
+        if limited := self.take_rate_limit("POST", channel_id):
+            return limited
         if failure := self._failures.get(channel_id):
             return error(*failure)
         nonce = body.get("nonce")

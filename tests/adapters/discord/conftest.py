@@ -27,18 +27,23 @@ async def fake_discord():
 
 @pytest.fixture
 def start_discord(fake_discord: FakeDiscord, make_app):  # type: ignore[no-untyped-def]
-    """Open an App wired to both fakes and start the Discord adapter through App.start."""
+    """Open an App wired to both fakes and start the Discord adapter through App.start.
+    Replies come whole unless `sections` has a `streaming` section (test_streaming.py):
+    the other tests look at the final messages, not at what grew before them."""
 
     async def start(
         *,
         commands: Sequence[CommandSpec] = (),
         sections: dict[str, Any] | None = None,
+        tools: Sequence[Any] = (),
         **discord: Any,
     ) -> tuple[App, DiscordAdapter]:
+        sections = {"streaming": {"enabled": False}, **(sections or {})}
         app = await make_app(
+            tools=tools,
             server={"port": 0},
             discord={"enabled": True, "api_base_url": fake_discord.api_base_url, **discord},
-            **(sections or {}),
+            **sections,
         )
         for spec in commands:
             app.pipeline.s.commands.add(spec)
