@@ -141,7 +141,10 @@ class LiveReply:
                 pause = await self._update(shown)
                 if pause is None:
                     return
-                self.shown, self._last_activity = text, activity
+                if pause:  # rate limited: this text did not go out; try it again
+                    self._changed.set()
+                else:
+                    self.shown, self._last_activity = text, activity
                 await self._sleep(max(pause, self.interval))
         except asyncio.CancelledError:
             raise
@@ -167,7 +170,7 @@ class LiveReply:
                 self.run_id,
                 exc.retry_after,
             )
-            return exc.retry_after
+            return max(exc.retry_after, 0.001)
         except Exception as exc:
             log.warning(
                 "stream.update_failed platform=%s run=%s: %s: %s (the final reply still goes out)",

@@ -275,3 +275,24 @@ async def test_a_reply_done_within_an_interval_is_just_sent_whole(make_app, fake
     (live,) = adapter.lives
     assert live.updates == [] and not live.discarded
     assert [(r.text, r.drafts) for r in adapter.sent] == [("Quick one.", ())]
+
+
+async def test_an_update_refused_by_a_rate_limit_is_tried_again(make_app, fake_anthropic):
+    gate = asyncio.Event()
+
+    async def slow(tool: ProbeTool, args: object) -> str:
+        await gate.wait()
+        return "done"
+
+    app, adapter = await start(make_app, ProbeTool("lookup", slow))
+    adapter.fail_first_update = [RateLimited("slow down", retry_after=0.1)]
+    fake_anthropic.script(
+        tool_use_reply(tool_call("lookup"), text="Working on it."),
+        text_reply("Done."),
+    )
+    running = asyncio.create_task(app.pipeline.handle(message("go")))
+    # No new text arrives while the tool runs: the refused text still gets shown.
+    await wait_until(lambda: bool(adapter.lives) and bool(adapter.lives[0].updates))
+    gate.set()
+    await running
+    assert adapter.lives[0].updates[0].startswith("Working on it.")
