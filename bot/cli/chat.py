@@ -76,7 +76,8 @@ async def chat_in_terminal(app: App, settings: Settings, user: str | None) -> in
     await app.start_scheduler([console.platform])
     app.start_recovery([console.platform])
     follower: asyncio.Task[None] | None = None
-    if isinstance(console, LiveView) and console.live:
+    live = settings.streaming.enabled_for(console.platform)  # else each reply comes whole
+    if live and isinstance(console, LiveView) and console.live:
         follower = asyncio.create_task(follow_runs(app.pipeline.s.bus, console))
     try:
         await console.run()
