@@ -114,6 +114,16 @@ class Metrics:
             "Age of the oldest unfinished inbox message (0 when none)",
             registry=r,
         )
+        self.llm_in_flight = Gauge(
+            "switchboard_llm_in_flight",
+            "LLM calls under way now (at most [llm] max_in_flight)",
+            registry=r,
+        )
+        self.llm_waiting = Gauge(
+            "switchboard_llm_waiting",
+            "LLM calls waiting for a place under [llm] max_in_flight",
+            registry=r,
+        )
         for kind in TOKEN_KINDS:  # every series shows at 0 before its first count
             self.llm_tokens.labels(kind)
         for outcome in WAKEUP_OUTCOMES:
@@ -182,6 +192,11 @@ class Metrics:
         self.wakeups.labels(label(outcome)).inc()
 
     # -- scraping -------------------------------------------------------------
+
+    def watch_llm_gate(self, in_flight: Callable[[], float], waiting: Callable[[], float]) -> None:
+        """Read the LLM gate's occupancy at each scrape."""
+        self.llm_in_flight.set_function(in_flight)
+        self.llm_waiting.set_function(waiting)
 
     def watch_inbox(self, backlog: InboxBacklog) -> None:
         self._backlog = backlog

@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 from bot.app.counted import CountedProvider, error_kind
 from bot.config import DEFAULT_PRICES
 from bot.errors import ContextWindowExceeded, Overloaded, ProviderRateLimited
+from bot.llm.gate import FairLimiter
 from bot.llm.types import LLMRequest, LLMResponse, TextCallback
 from bot.metrics import Metrics, label
 from bot.ports import is_ready
@@ -171,3 +172,21 @@ async def test_an_adapter_without_ready_is_ready_and_a_failing_check_is_not() ->
     assert await is_ready(Plain()) is True
     assert await is_ready(Broken()) is False
     assert await is_ready(Down()) is False
+
+
+async def test_the_llm_gate_shows_calls_in_flight_and_waiting() -> None:
+    metrics = Metrics()
+    gate = FairLimiter(1)
+    metrics.watch_llm_gate(lambda: gate.held, lambda: gate.waiting)
+    await gate.acquire()
+    waiter = asyncio.create_task(gate.acquire(1.0))
+    await asyncio.sleep(0)
+    s = await scraped(metrics)
+    assert value(s, "switchboard_llm_in_flight") == 1
+    assert value(s, "switchboard_llm_waiting") == 1
+    gate.release()
+    await waiter
+    gate.release()
+    s = await scraped(metrics)
+    assert value(s, "switchboard_llm_in_flight") == 0
+    assert value(s, "switchboard_llm_waiting") == 0

@@ -148,6 +148,8 @@ class App:
             self.store.ping_tables, timeout=HEALTH_TIMEOUT_S, grace=HEALTH_GRACE_S
         )
         self.llm_gate = FairLimiter(self.settings.llm.max_in_flight)
+        gate = self.llm_gate
+        self.metrics.watch_llm_gate(lambda: gate.held, lambda: gate.waiting)
         provider = GatedProvider(
             CountedProvider(self.provider, self.metrics, self.settings.llm.prices), self.llm_gate
         )
