@@ -20,12 +20,14 @@ from tests.fakes.anthropic import FakeAnthropic, text_reply, tool_use_reply
 from tests.paths import REPO_ROOT
 
 
-def chat_on_a_terminal(fake: FakeAnthropic, db: Path, stdin: str) -> tuple[bytes, str, int]:
+def chat_on_a_terminal(
+    fake: FakeAnthropic, db: Path, stdin: str, **env_extra: str
+) -> tuple[bytes, str, int]:
     """Run the chat with stdout on a pty (100 columns) and stdin piped; returns
     every byte written to the terminal, stderr and the exit status."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
-    env = child_env(fake, db, TERM="xterm-256color")
+    env = child_env(fake, db, TERM="xterm-256color", **env_extra)
     proc = subprocess.Popen(
         [sys.executable, "-m", "bot", "chat"],
         stdin=subprocess.PIPE,
@@ -88,6 +90,21 @@ def test_replies_are_rendered_as_markdown_and_streamed(
     # Streamed: the reply's first words were on screen before the final rendering.
     assert text.count("Here is") >= 2
     assert not [line for line in text.splitlines() if " INFO " in line]
+
+
+def test_streaming_off_for_the_console_prints_each_reply_whole(
+    fake_anthropic_thread: FakeAnthropic, tmp_path: Path
+):
+    fake_anthropic_thread.script(text_reply(MARKDOWN, chunk_size=6, chunk_delay=0.05))
+    out, err, status = chat_on_a_terminal(
+        fake_anthropic_thread,
+        tmp_path / "db.sqlite",
+        "go\n",
+        SWITCHBOARD__STREAMING__CONSOLE__ENABLED="false",
+    )
+    assert status == 0, err
+    text = out.decode("utf-8", "replace")
+    assert text.count("Here is") == 1 and "•" in text  # rendered once, at the end
 
 
 def test_silent_reply_and_think_tags_never_reach_the_terminal(
