@@ -29,6 +29,7 @@ CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 try:
     from selenium import webdriver
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.chrome.service import Service as DriverService
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -97,9 +98,15 @@ def _wait_for(driver: Any, css: str) -> Any:
 def _click(driver: Any, element: Any) -> None:
     """Click something that loads a new page, and wait until the old one is gone
     (so no later lookup finds an element of the page being left)."""
-    page = driver.find_element(By.TAG_NAME, "html")
+    driver.execute_script("window.__leaving = true")  # gone once the next page loads
     element.click()
-    WebDriverWait(driver, 30).until(ec.staleness_of(page))
+    # Mid-navigation a script can fail ("no execution context", a node of the
+    # page being left): keep asking.
+    WebDriverWait(driver, 30, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return window.__leaving === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def _shot(driver: Any, name: str) -> Path:
