@@ -37,6 +37,7 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.pipeline $(ARGS)
 	$(BIN)/python -m tests.benchmarks.context
 	$(BIN)/python -m tests.benchmarks.load
+	$(BIN)/python -m tests.benchmarks.frontdoor
 	$(BIN)/python -m tests.benchmarks.flow
 
 clean:  ## remove .venv, the tool caches, __pycache__ dirs and build output
