@@ -34,6 +34,7 @@ from bot.llm.types import LLMRequest, LLMResponse, TextBlock
 from bot.ports import TextCallback, ToolContext
 from bot.scheduling.parse import parse_when
 from bot.types import IncomingMessage, Reply, Target, Usage
+from tests.benchmarks.pipeline import canned_answer
 from tests.fakes.anthropic import FakeAnthropic, text_reply
 
 try:
@@ -100,12 +101,7 @@ class SlowProvider:
             await asyncio.sleep(self.delay)
         finally:
             self.in_flight -= 1
-        return LLMResponse(
-            (TextBlock("ok, noted."),),
-            "end_turn",
-            Usage(input_tokens=50, output_tokens=5),
-            request.model,
-        )
+        return canned_answer(request.model)
 
     async def aclose(self) -> None:
         return None

@@ -45,6 +45,13 @@ from bot.types import IncomingMessage, Reply, Target, Usage
 RUN = secrets.token_hex(4)
 
 
+def canned_answer(model: str) -> LLMResponse:
+    """The benchmarks' model answer: a short text, a fixed usage."""
+    return LLMResponse(
+        (TextBlock("ok, noted."),), "end_turn", Usage(input_tokens=50, output_tokens=5), model
+    )
+
+
 @dataclass
 class InstantProvider:
     delay: float = 0.0
@@ -54,12 +61,7 @@ class InstantProvider:
     ) -> LLMResponse:
         if self.delay:
             await asyncio.sleep(self.delay)
-        return LLMResponse(
-            (TextBlock("ok, noted."),),
-            "end_turn",
-            Usage(input_tokens=50, output_tokens=5),
-            request.model,
-        )
+        return canned_answer(request.model)
 
     async def aclose(self) -> None:
         return None
