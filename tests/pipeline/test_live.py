@@ -74,6 +74,17 @@ async def start(make_app, *tools, interval: float = 0.05, **sections):  # type: 
     return app, adapter
 
 
+def held_tool(name: str, result: str) -> tuple[ProbeTool, asyncio.Event]:
+    """A tool that answers `result` once its gate is set (the run waits in it)."""
+    gate = asyncio.Event()
+
+    async def held(tool: ProbeTool, args: object) -> str:
+        await gate.wait()
+        return result
+
+    return ProbeTool(name, held), gate
+
+
 LONG = "The quick brown fox jumps over the lazy dog. " * 6
 
 
@@ -130,13 +141,8 @@ async def test_reasoning_and_text_tool_calls_never_flash(make_app, fake_anthropi
 
 
 async def test_a_tool_shows_as_a_status_line_the_final_text_replaces(make_app, fake_anthropic):
-    gate = asyncio.Event()
-
-    async def slow(tool: ProbeTool, args: object) -> str:
-        await gate.wait()
-        return "found it"
-
-    app, adapter = await start(make_app, ProbeTool("lookup", slow))
+    tool, gate = held_tool("lookup", "found it")
+    app, adapter = await start(make_app, tool)
     fake_anthropic.script(
         tool_use_reply(tool_call("lookup"), text="Let me look that up."),
         text_reply("It is 42.", chunk_size=4, chunk_delay=0.01),
@@ -207,13 +213,8 @@ async def test_a_broken_live_view_does_not_break_the_reply(make_app, fake_anthro
 
 
 async def test_text_then_silence_removes_what_was_shown(make_app, fake_anthropic):
-    gate = asyncio.Event()
-
-    async def slow(tool: ProbeTool, args: object) -> str:
-        await gate.wait()
-        return "nothing relevant"
-
-    app, adapter = await start(make_app, ProbeTool("lookup", slow))
+    tool, gate = held_tool("lookup", "nothing relevant")
+    app, adapter = await start(make_app, tool)
     fake_anthropic.script(
         tool_use_reply(tool_call("lookup"), text="Checking."),
         text_reply("NO_REPLY"),
@@ -278,13 +279,8 @@ async def test_a_reply_done_within_an_interval_is_just_sent_whole(make_app, fake
 
 
 async def test_an_update_refused_by_a_rate_limit_is_tried_again(make_app, fake_anthropic):
-    gate = asyncio.Event()
-
-    async def slow(tool: ProbeTool, args: object) -> str:
-        await gate.wait()
-        return "done"
-
-    app, adapter = await start(make_app, ProbeTool("lookup", slow))
+    tool, gate = held_tool("lookup", "done")
+    app, adapter = await start(make_app, tool)
     adapter.fail_first_update = [RateLimited("slow down", retry_after=0.1)]
     fake_anthropic.script(
         tool_use_reply(tool_call("lookup"), text="Working on it."),
