@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +71,15 @@ async def slack_app(
             await rig.close()
 
 
-@contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Another process holds SQLite's write lock."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("BEGIN EXCLUSIVE")
+@asynccontextmanager
+async def locked(path: Path) -> AsyncIterator[None]:
+    """Another process holds SQLite's write lock.
+
+    The lock is taken off the event loop: the service may be in the middle of a
+    write transaction whose commit needs the loop, and a busy wait on the
+    loop's own thread would hold that commit back until the wait gave up."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30, check_same_thread=False)
+    await asyncio.to_thread(conn.execute, "BEGIN EXCLUSIVE")
     try:
         yield
     finally:
@@ -89,7 +93,7 @@ async def test_database_down_at_intake_fails_the_delivery_and_the_retry_is_answe
     fake_anthropic.script(text_reply("Answered once."))
     async with slack_app(tmp_path, fake_anthropic) as (rig, slack):
         body = dm("hello", "1700000001.000001")
-        with locked(tmp_path / "test.db"):
+        async with locked(tmp_path / "test.db"):
             status, _ = await rig.event(body)
         assert status == 500  # not stored, so not acknowledged: Slack will retry
         assert fake_anthropic.request_count == 0
@@ -127,7 +131,7 @@ async def test_database_down_at_the_final_write_keeps_the_turn_and_charges_it_la
         status, _ = await rig.event(dm("hello", "1700000001.000001"))
         assert status == 200
         await fake_anthropic.wait_for_requests(1)
-        with locked(tmp_path / "test.db"):
+        async with locked(tmp_path / "test.db"):
             model_done.set()  # the model answers while nothing can be written
             await slack.wait_for(lambda: len(slack.messages) == 1)
             spool = rig.app.pipeline.s.writer.spool
