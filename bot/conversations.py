@@ -19,7 +19,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import Conversation, ConversationSummary, Message, Run
-from bot.store.rows import values_of
+from bot.store.rows import execute, values_of
 from bot.types import IncomingMessage, conversation_key
 
 CACHE_LIMIT = 10_000
@@ -186,7 +186,7 @@ class Conversations:
             index_elements=[col(Conversation.key)], set_={"key": base.excluded.key}
         ).returning(*_RECORD_COLUMNS)
         async with self._store.write() as session:
-            stored = (await session.exec(stmt)).one()
+            stored = (await execute(session, stmt)).one()
         return ConversationRecord(
             stored[0], stored[1], stored[2], stored[3], stored[4] or None, stored[5]
         )
@@ -209,16 +209,17 @@ class Conversations:
         Two statements: the conversation with its latest summary (and whether it
         has any message at all); the rows, skipped for a conversation without any."""
         params = {"c_id": conversation.id}
-        head = await session.exec(_HEAD, params=params)
+        head = await execute(session, _HEAD, params)
         persona_name, start_id, summary, up_to, any_rows = head.one()
         boundary = max(up_to if up_to is not None else 0, int(start_id) - 1)
         summary = summary or None
         if not any_rows:
             return ConversationState(persona_name, [], summary, boundary)
         rows = (
-            await session.exec(
+            await execute(
+                session,
                 _ROWS,
-                params={
+                {
                     "c_id": conversation.id,
                     "c_after": boundary,
                     "c_limit": max_rows or MAX_HISTORY_ROWS,

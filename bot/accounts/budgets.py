@@ -37,6 +37,7 @@ from bot.config import BudgetSettings
 from bot.errors import BudgetExceeded
 from bot.store import Store
 from bot.store.models import Budget
+from bot.store.rows import execute
 from bot.types import Role, utcnow
 
 log = logging.getLogger("switchboard.budget")
@@ -257,7 +258,7 @@ class Budgets:
             "role_limit": self.role_allowance(role),
             "b_now": utcnow(),
         }
-        row = (await session.exec(_CHARGE, params=params)).first()
+        row = (await execute(session, _CHARGE, params)).first()
         return None if row is None else Charge(used=int(row[0]), overage=int(row[1]))
 
     async def set_limit(self, user_id: int, mode: LimitMode, tokens: int | None = None) -> None:

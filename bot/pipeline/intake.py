@@ -34,6 +34,7 @@ from bot.pipeline.codec import decode, encode
 from bot.ports import ChannelMark
 from bot.store import Store
 from bot.store.models import InboxItem, Lease
+from bot.store.rows import execute
 from bot.types import IncomingMessage, utcnow
 
 log = logging.getLogger("switchboard.inbox")
@@ -108,7 +109,7 @@ class Inbox:
                 "created_at": now,
             }
             async with self._store.write_urgent() as session:
-                await session.exec(_ACCEPT, params=values)
+                await execute(session, _ACCEPT, values)
         except IntegrityError:
             log.info("inbox.duplicate platform=%s event_id=%s", msg.platform, key)
             return False
@@ -260,9 +261,9 @@ class Inbox:
         }
         if session is None:
             async with self._store.write() as own:
-                rows = (await own.exec(_CLAIM_PENDING, params=params)).all()
+                rows = (await execute(own, _CLAIM_PENDING, params)).all()
         else:
-            rows = (await session.exec(_CLAIM_PENDING, params=params)).all()
+            rows = (await execute(session, _CLAIM_PENDING, params)).all()
         return sorted((_taken(row) for row in rows), key=lambda t: t.id)[:limit]
 
     async def backlog(self) -> tuple[int, datetime | None]:

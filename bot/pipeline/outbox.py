@@ -22,7 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import OutboxItem
-from bot.store.rows import insert_returning_ids
+from bot.store.rows import execute, insert_returning_ids
 from bot.types import Button, Reply, Target, utcnow
 
 log = logging.getLogger("switchboard.outbox")
@@ -128,10 +128,10 @@ class Outbox:
             "o_error": error[:2000] if error else None,
         }
         if session is not None:
-            await session.exec(_FINISH, params=params)
+            await execute(session, _FINISH, params)
             return
         async with self._store.write() as own:
-            await own.exec(_FINISH, params=params)
+            await execute(own, _FINISH, params)
 
     async def renew(self) -> int:
         async with self._store.write() as session:

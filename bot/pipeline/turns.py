@@ -31,7 +31,7 @@ from bot.llm.types import ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from bot.pipeline.intake import OPEN_STATES
 from bot.pipeline.outbox import Outbox, Outgoing
 from bot.store.models import InboxItem, Message, Run, StoredFile, TokenLog, TraceSpan
-from bot.store.rows import insert_rows
+from bot.store.rows import execute, insert_rows
 from bot.types import IncomingMessage, Reply, Role, utcnow
 
 STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"
@@ -208,7 +208,7 @@ async def _finish_inbox(session: AsyncSession, rows: TurnRows) -> bool:
         "f_run": rows.run.id,
         "f_error": rows.error[:2000] if rows.error else None,
     }
-    done = int((await session.exec(_FINISH_INBOX, params=params)).rowcount or 0)
+    done = int((await execute(session, _FINISH_INBOX, params)).rowcount or 0)
     if rows.lease_owner is not None and done < len(keys):
         raise LeaseLost(f"run {rows.run.id}: a message of this run was taken over")
     return done > 0

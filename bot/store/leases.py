@@ -24,6 +24,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.db import Store
 from bot.store.models import Lease
+from bot.store.rows import execute
 from bot.types import utcnow
 
 
@@ -77,19 +78,19 @@ class Leases:
             self._acquire = _acquire_statement(self._store.dialect)
         if session is None:
             async with self._store.write() as own:
-                row = (await own.exec(self._acquire, params=params)).first()
+                row = (await execute(own, self._acquire, params)).first()
         else:
-            row = (await session.exec(self._acquire, params=params)).first()
+            row = (await execute(session, self._acquire, params)).first()
         return Held(name, token) if row is not None else None
 
     async def release(self, held: Held, session: AsyncSession | None = None) -> None:
         """Free `held` (in `session`'s transaction when given)."""
         params = {"l_name": held.name, "l_token": held.token}
         if session is not None:
-            await session.exec(_RELEASE, params=params)
+            await execute(session, _RELEASE, params)
             return
         async with self._store.write() as own:
-            await own.exec(_RELEASE, params=params)
+            await execute(own, _RELEASE, params)
 
     async def renew(self) -> list[str]:
         """Extend this instance's leases; returns the ones asked to stop."""

@@ -4,16 +4,32 @@ The hot path builds `SQLModel` rows (so the spool, tests and the rest of the
 code keep one shape) and writes them with one Core INSERT per table: an
 executemany for several rows, no identity map, no flush. The columns written
 are exactly the ones the ORM would have written (every field's value as set,
-a primary key left out while it is None)."""
+a primary key left out while it is None).
+
+`execute` runs a prepared statement on the session's connection, in its
+transaction, skipping the ORM session's execution path: no autoflush, no
+identity-map synchronisation for UPDATE/DELETE, no ORM result loading. That
+is most of what a statement costs in Python, so the hot path's statements go
+through it; they read and write columns, never ORM objects held by the
+session."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Table, insert
+from sqlalchemy import CursorResult, Executable, Table, insert
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
+
+
+async def execute(
+    session: AsyncSession, statement: Executable, params: Any = None
+) -> CursorResult[*tuple[Any, ...]]:
+    """Run `statement` (with `params`: a dict, or a list of dicts for an
+    executemany) in `session`'s transaction, as Core."""
+    connection = await session.connection()
+    return await connection.execute(statement, params)
 
 
 def values_of(row: SQLModel) -> dict[str, Any]:
@@ -35,7 +51,7 @@ async def insert_rows(session: AsyncSession, rows: Sequence[SQLModel]) -> None:
         return
     table: Table = rows[0].__table__  # type: ignore[attr-defined]
     values = [values_of(row) for row in rows]
-    await session.exec(_insert(table), params=values[0] if len(values) == 1 else values)
+    await execute(session, _insert(table), values[0] if len(values) == 1 else values)
 
 
 async def insert_returning_ids(session: AsyncSession, rows: Sequence[SQLModel]) -> list[int]:
@@ -46,9 +62,9 @@ async def insert_returning_ids(session: AsyncSession, rows: Sequence[SQLModel]) 
     table: Table = rows[0].__table__  # type: ignore[attr-defined]
     values = [values_of(row) for row in rows]
     if len(values) == 1:
-        one = await session.exec(_insert(table, returning=True), params=values[0])
+        one = await execute(session, _insert(table, returning=True), values[0])
         return [int(one.one()[0])]
-    many = await session.exec(_insert(table, returning=True, many=True), params=values)
+    many = await execute(session, _insert(table, returning=True, many=True), values)
     return [int(row[0]) for row in many.all()]
 
 
