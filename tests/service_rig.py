@@ -72,6 +72,8 @@ class Service:
     cwd: Path
     port: int
     proc: asyncio.subprocess.Process | None = None
+    module: str = "bot"
+    """What `python -m` runs (`bot run`, or another program speaking HTTP on `port`)."""
     logs: list[str] = field(default_factory=list)
     """stderr lines of every run, in order."""
     _reader: asyncio.Task[None] | None = None
@@ -84,8 +86,7 @@ class Service:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "bot",
-            "run",
+            *((self.module, "run") if self.module == "bot" else (self.module,)),
             env={**self.env, "PYTHONPATH": str(REPO_ROOT)},
             cwd=self.cwd,
             stdin=asyncio.subprocess.DEVNULL,

@@ -6,7 +6,8 @@ counts come back in each response's usage and are preferred when known."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from bot.llm.types import (
     Block,
@@ -50,8 +51,21 @@ def messages_tokens(messages: Iterable[ChatMessage]) -> int:
 
 
 def tool_tokens(spec: ToolSpec) -> int:
+    # A tool's definition is the same object on every request: serialise its
+    # schema once (keyed by name and description, checked by the schema's
+    # identity), not for every message.
+    known = _TOOL_TOKENS.get((spec.name, spec.description))
+    if known is not None and known[0] is spec.input_schema:
+        return known[1]
     schema = json.dumps(dict(spec.input_schema), ensure_ascii=False, default=str)
-    return text_tokens(spec.name + spec.description + schema) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
+    tokens = text_tokens(spec.name + spec.description + schema) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
+    if len(_TOOL_TOKENS) >= 1024:
+        _TOOL_TOKENS.clear()
+    _TOOL_TOKENS[(spec.name, spec.description)] = (spec.input_schema, tokens)
+    return tokens
+
+
+_TOOL_TOKENS: dict[tuple[str, str], tuple[Mapping[str, Any], int]] = {}
 
 
 def system_tokens(blocks: Sequence[SystemBlock]) -> int:
