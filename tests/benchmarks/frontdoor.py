@@ -52,6 +52,13 @@ def cpu_seconds(pid: int) -> float:
 REPLY_TIMEOUT_S = 30
 
 
+def answer(text: str) -> str:
+    """The fake model's answer: "re: <the message>" to a DM; a short summary
+    when asked to summarise (compaction sends the transcript as one message;
+    echoing it would make each summary longer than the last)."""
+    return f"re: {text}" if len(text) <= 100 else "They exchanged short numbered messages."
+
+
 @dataclass
 class Figures:
     messages: int
@@ -61,6 +68,8 @@ class Figures:
     p99_ms: float
     cpu_ms: float
     """the process's CPU per message"""
+    llm_calls: float
+    """model requests per message (the service's include compaction's)"""
 
 
 async def worker(
@@ -96,7 +105,7 @@ async def run(messages: int, in_flight: int, database: str) -> None:
         await db.create()
         try:
             async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
-                model.responder = lambda body: text_reply(f"re: {last_user_text(body)}")
+                model.responder = lambda body: text_reply(answer(last_user_text(body)))
 
                 def env(port: int) -> dict[str, str]:
                     return service_env(
@@ -113,6 +122,7 @@ async def run(messages: int, in_flight: int, database: str) -> None:
                 port = free_port()
                 floor = await measured(
                     Service(env(port), Path(tmp), port, module="tests.benchmarks.minimal_bot"),
+                    model,
                     slack,
                     messages,
                     in_flight,
@@ -120,7 +130,7 @@ async def run(messages: int, in_flight: int, database: str) -> None:
                 )
                 port = free_port()
                 ours = await measured(
-                    Service(env(port), Path(tmp), port), slack, messages, in_flight, "S"
+                    Service(env(port), Path(tmp), port), model, slack, messages, in_flight, "S"
                 )
         finally:
             await db.drop()
@@ -128,11 +138,16 @@ async def run(messages: int, in_flight: int, database: str) -> None:
 
 
 async def measured(
-    process: Service, slack: FakeSlack, messages: int, in_flight: int, tag: str
+    process: Service,
+    model: FakeAnthropic,
+    slack: FakeSlack,
+    messages: int,
+    in_flight: int,
+    tag: str,
 ) -> Figures:
     await process.start()
     try:
-        return await measure(process, slack, messages, in_flight, tag)
+        return await measure(process, model, slack, messages, in_flight, tag)
     except TimeoutError:
         print(process.log_text)
         raise
@@ -141,7 +156,12 @@ async def measured(
 
 
 async def measure(
-    process: Service, slack: FakeSlack, messages: int, in_flight: int, tag: str
+    process: Service,
+    model: FakeAnthropic,
+    slack: FakeSlack,
+    messages: int,
+    in_flight: int,
+    tag: str,
 ) -> Figures:
     """Closed loop: `in_flight` DMs, each sending its next message once the
     reply to the last one was posted; a warm-up first."""
@@ -159,6 +179,7 @@ async def measure(
         )
         latencies: list[float] = []
         cpu_before = cpu_seconds(process.proc.pid)
+        calls_before = model.request_count
         started = time.perf_counter()
         await asyncio.gather(
             *(
@@ -168,6 +189,7 @@ async def measure(
         )
         elapsed = time.perf_counter() - started
         cpu = cpu_seconds(process.proc.pid) - cpu_before
+        calls = model.request_count - calls_before
     done = len(latencies)
     latencies.sort()
     return Figures(
@@ -176,6 +198,7 @@ async def measure(
         statistics.median(latencies) * 1000,
         latencies[max(0, int(done * 0.99) - 1)] * 1000,
         cpu / done * 1000,
+        calls / done,
     )
 
 
@@ -184,6 +207,7 @@ def report(ours: Figures, floor: Figures, in_flight: int, database: str) -> None
         f"front door: {ours.messages} Slack DMs, {in_flight} in flight, {database}, "
         "instant model; beside each figure the minimal bot's (same I/O, same fakes)"
     )
+    print(f"  LLM calls/msg   {ours.llm_calls:8.2f}   (minimal bot {floor.llm_calls:.2f})")
     print(f"  messages/s      {ours.rate:8.1f}   (minimal bot {floor.rate:.1f})")
     print(
         f"  p50 / p99       {ours.p50_ms:8.1f} / {ours.p99_ms:.1f} ms   "
