@@ -203,7 +203,11 @@ class SendProgress(Protocol):
         """When the reply was stored: no part of it is older."""
         ...
 
-    async def sent(self, index: int, platform_id: str) -> None: ...
+    async def sent(self, index: int, platform_id: str, *, last: bool = False) -> None:
+        """Part `index` reached the platform as `platform_id`. `last`: it was the
+        reply's final part (its end is recorded next, so it may not need a
+        record of its own)."""
+        ...
 
 
 @runtime_checkable

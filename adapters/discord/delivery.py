@@ -72,7 +72,7 @@ async def deliver(
             raise DeliveryFailed(reason) from exc
         sent.append(message_id)
         if progress is not None:
-            await progress.sent(index, message_id)
+            await progress.sent(index, message_id, last=index == len(chunks) - 1)
     for draft in reply.drafts[len(chunks) :]:
         await delete_quietly(channel, draft)
     return sent

@@ -101,7 +101,7 @@ class Poster:
                         ts = found or await self._post_one(channel, chunk, thread_ts, blocks)
                     sent.append(ts)
                     if progress is not None:
-                        await progress.sent(number - 1, sent[-1])
+                        await progress.sent(number - 1, sent[-1], last=number == len(chunks))
                 except DeliveryFailed as exc:
                     where = f"part {number} of {len(chunks)}" if len(chunks) > 1 else "message"
                     raise DeliveryFailed(f"{exc} ({where}; {len(sent)} sent)") from None

@@ -120,7 +120,7 @@ class Sender:
                 try:
                     ids.append(await self._deliver(chat, chunk, call))
                     if progress is not None:
-                        await progress.sent(index, ids[-1])
+                        await progress.sent(index, ids[-1], last=index == len(chunks) - 1)
                 except DeliveryFailed as exc:
                     sent = f" after {len(ids)} of {len(chunks)} parts" if ids else ""
                     raise DeliveryFailed(f"{exc}{sent}") from None

@@ -88,8 +88,8 @@ class Delivery:
         """Deliver `items`; with `ended`, how each ended is appended there for the
         caller to record in a transaction of its own (`record_ended`) instead of
         one write per reply."""
-        for item in items:
-            await self.deliver(item, ended)
+        for number, item in enumerate(items, 1):
+            await self.deliver(item, ended, final=number == len(items))
 
     async def record_ended(self, ended: Sequence[Ended], session: AsyncSession) -> None:
         for end in ended:
@@ -120,13 +120,22 @@ class Delivery:
         stored = await self.outbox.store([reply])
         return all([await self.deliver(item) for item in stored])
 
-    async def deliver(self, item: Outgoing, ended: list[Ended] | None = None) -> bool:
+    async def deliver(
+        self, item: Outgoing, ended: list[Ended] | None = None, *, final: bool = True
+    ) -> bool:
         """Send one stored reply (after the parts already sent); the row records
         how it ended (now, or by the caller: see `send_all`). A failure is
-        recorded, never lost."""
+        recorded, never lost. Each part is recorded as it goes out, except the
+        last one when the end is recorded right after it: now (no `ended`), or
+        by the caller when this is the `final` reply it sends before recording."""
         reply = item.reply
         progress = OutboxProgress(
-            self.outbox, item.id, list(item.done), item.resumed, item.created_at
+            self.outbox,
+            item.id,
+            list(item.done),
+            item.resumed,
+            item.created_at,
+            record_last=not (ended is None or final),
         )
         adapter = self._adapters.get(reply.target.platform)
         try:

@@ -214,6 +214,9 @@ class OutboxProgress:
     parts: list[str] = field(default_factory=list)
     resumed: bool = False
     since: datetime = field(default_factory=utcnow)
+    record_last: bool = True
+    """False when the delivery's end is recorded right after its last part
+    (`Delivery.deliver`): that write carries the part ids, one write fewer."""
 
     @property
     def done(self) -> Sequence[str]:
@@ -222,8 +225,10 @@ class OutboxProgress:
     def nonce(self, index: int) -> str:
         return f"sb{self.outbox_id}.{index}"
 
-    async def sent(self, index: int, platform_id: str) -> None:
+    async def sent(self, index: int, platform_id: str, *, last: bool = False) -> None:
         self.parts.append(platform_id)
+        if last and not self.record_last:
+            return  # the delivery's end, written next, records every part
         try:
             await self.outbox.part_sent(self.outbox_id, self.parts)
         except Exception:  # the part is out; losing the note costs at most a repeat

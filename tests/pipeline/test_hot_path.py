@@ -202,3 +202,59 @@ async def test_when_the_closing_transaction_fails_the_delivery_is_still_recorded
     assert [(r.state, r.attempts) for r in rows] == [("sent", 1)] and held == []
     assert len(adapter.sent) == 1
     assert (await app.pipeline.handle(message("next"))).status == "answered"
+
+
+class PartsAdapter(RecordingAdapter):
+    """Posts each reply in `parts` parts and reports every one, as the real
+    adapters do; before posting a part, notes what the outbox row records."""
+
+    def __init__(self, app: Any, parts: int) -> None:
+        super().__init__()
+        self.app = app
+        self.parts = parts
+        self.recorded_before: list[list[str]] = []
+
+    async def send(self, reply: Any, progress: Any = None) -> list[str]:
+        ids = list(progress.done) if progress is not None else []
+        for index in range(len(ids), self.parts):
+            async with self.app.store.read() as s:
+                newest = select(OutboxItem.part_ids).order_by(OutboxItem.id.desc()).limit(1)  # type: ignore[union-attr]
+                self.recorded_before.append(list((await s.exec(newest)).one() or []))
+            ids.append(f"p{index + 1}")
+            if progress is not None:
+                await progress.sent(index, ids[-1], last=index == self.parts - 1)
+        self.sent.append(reply)
+        return ids
+
+
+async def test_each_part_is_recorded_before_the_next_goes_out_and_the_last_with_the_end(
+    make_app, fake_anthropic
+):
+    """A crash while part 3 goes out must not repeat parts 1 and 2: they are
+    recorded as they go. The last part is recorded by the delivery's end."""
+    app = await make_app()
+    adapter = PartsAdapter(app, parts=3)
+    app.attach(adapter)
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    assert adapter.recorded_before == [[], ["p1"], ["p1", "p2"]]
+    async with app.store.read() as s:
+        row = (await s.exec(select(OutboxItem))).one()
+    assert (row.state, row.part_ids) == ("sent", ["p1", "p2", "p3"])
+
+
+async def test_a_reply_in_one_part_costs_no_write_of_its_own_for_the_part(make_app, fake_anthropic):
+    """An adapter reporting its one part: still four write transactions (the
+    part's id is written with the delivery's end, the very next write)."""
+    app = await make_app(budgets={"guest": "unlimited"})
+    adapter = PartsAdapter(app, parts=1)
+    app.attach(adapter)
+    await app.pipeline.handle(message("hi"))
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("again"))).status == "answered"
+    updates = [s for s in seen if s.startswith("UPDATE outbox")]
+    assert len(updates) == 1  # the end, carrying the part
+    if app.store.is_sqlite:
+        assert sum(s.startswith("BEGIN") for s in seen) == 4
+    async with app.store.read() as s:
+        rows = (await s.exec(select(OutboxItem).order_by(OutboxItem.id))).all()  # type: ignore[arg-type]
+    assert [(r.state, r.part_ids) for r in rows] == [("sent", ["p1"]), ("sent", ["p1"])]

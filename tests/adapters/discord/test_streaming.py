@@ -44,7 +44,7 @@ class Progress:
     def nonce(self, index: int) -> str:
         return f"sb7.{index}"
 
-    async def sent(self, index: int, platform_id: str) -> None:
+    async def sent(self, index: int, platform_id: str, *, last: bool = False) -> None:
         if index == self.crash_at:
             raise Crash(f"killed after part {index}")
         self.reported.append((index, platform_id))

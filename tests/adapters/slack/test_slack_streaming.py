@@ -51,7 +51,7 @@ class Progress:
     def nonce(self, index: int) -> str:
         return f"n{index}"
 
-    async def sent(self, index: int, platform_id: str) -> None:
+    async def sent(self, index: int, platform_id: str, *, last: bool = False) -> None:
         assert index == len(self.parts)
         self.parts.append(platform_id)
 

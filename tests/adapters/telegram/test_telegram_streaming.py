@@ -61,7 +61,7 @@ class Progress:
     def nonce(self, index: int) -> str:
         return f"n{index}"
 
-    async def sent(self, index: int, platform_id: str) -> None:
+    async def sent(self, index: int, platform_id: str, *, last: bool = False) -> None:
         assert index == len(self.done)
         self.done.append(platform_id)
         if self.fail_after is not None and len(self.done) >= self.fail_after:
