@@ -10,6 +10,7 @@ is read fresh with the history, in the same statement batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, exists, func, update
@@ -242,6 +243,28 @@ class Conversations:
             )
         ]
         return ConversationState(persona_name, history, summary, boundary)
+
+    async def add_context(
+        self,
+        conversation_id: int,
+        user_id: int,
+        text: str,
+        platform_message_id: str | None,
+        at: datetime,
+    ) -> None:
+        """Store a message the bot was not asked about (group chatter), for later
+        questions to refer to. No run, no reply."""
+        async with self._store.write() as session:
+            session.add(
+                Message(
+                    conversation_id=conversation_id,
+                    role="user",
+                    text=text,
+                    user_id=user_id,
+                    platform_message_id=platform_message_id,
+                    created_at=at,
+                )
+            )
 
     async def start_fresh(self, conversation_id: int) -> None:
         """Forget the history of a conversation for the LLM (`/new`); rows stay."""

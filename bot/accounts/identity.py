@@ -68,6 +68,30 @@ class Identity:
             username=msg.user_username,
         )
 
+    def known(self, msg: IncomingMessage) -> UserRecord | None:
+        """The sender as `resolve` would return it, when that needs no database
+        (seen here lately, nothing about the account changed); else None."""
+        return self._fresh(
+            msg.platform, msg.platform_user_id, msg.user_display_name, msg.user_username
+        )
+
+    def _fresh(
+        self,
+        platform: str,
+        platform_user_id: str,
+        display_name: str | None,
+        username: str | None,
+    ) -> UserRecord | None:
+        cached = self._cache.get((platform, platform_user_id))
+        if (
+            cached is not None
+            and time.monotonic() - cached[0] < CACHE_TTL_S
+            and (not display_name or display_name == cached[1].display_name)
+            and (not username or username == cached[2])
+        ):
+            return cached[1]
+        return None
+
     async def resolve_account(
         self,
         platform: str,
@@ -77,14 +101,9 @@ class Identity:
         username: str | None = None,
     ) -> UserRecord:
         """The user behind a platform account, created as a guest (or owner) if new."""
-        cached = self._cache.get((platform, platform_user_id))
-        if (
-            cached is not None
-            and time.monotonic() - cached[0] < CACHE_TTL_S
-            and (not display_name or display_name == cached[1].display_name)
-            and (not username or username == cached[2])
-        ):
-            return cached[1]
+        fresh = self._fresh(platform, platform_user_id, display_name, username)
+        if fresh is not None:
+            return fresh
         record = await self._load(platform, platform_user_id, display_name, username)
         if len(self._cache) >= CACHE_LIMIT:
             self._cache.clear()

@@ -163,6 +163,10 @@ class RunControl:
         lane = self._lanes.get(conversation_key)
         return lane.active if lane else None
 
+    def busy(self, conversation_key: str) -> bool:
+        """A message of the conversation is waiting for a run, or one is running."""
+        return conversation_key in self._lanes
+
     def queued(self, conversation_key: str) -> int:
         """Messages waiting for the conversation's next run."""
         lane = self._lanes.get(conversation_key)

@@ -37,12 +37,12 @@ from bot.logs import current_run_id, run_scope
 from bot.pipeline.admission import Admission, current_slot, waiting
 from bot.pipeline.control import Batch, Ticket
 from bot.pipeline.delivery import Delivery, Ended
+from bot.pipeline.early_lease import Attempt, Early, EarlyLeases
 from bot.pipeline.intake import CONVERSATION_LEASE, Taken, with_event_id
 from bot.pipeline.runner import INTERNAL_ERROR_REPLY, Runner
 from bot.pipeline.services import Services
 from bot.ports import Adapter, ChannelMark, CommandInfo, Leadership
 from bot.store.leases import Held
-from bot.store.models import Message
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
@@ -67,6 +67,7 @@ class Pipeline:
         """(platform, event id) of the messages this process is handling."""
         inbox = services.settings.inbox
         self._admission = Admission(inbox.max_busy, inbox.max_loop_lag_ms / 1000)
+        self._early = EarlyLeases(services.leases, services.inbox)
         self._closed = False
 
     # -- adapters -----------------------------------------------------------
@@ -122,21 +123,51 @@ class Pipeline:
                 return Outcome("ignored")
             msg = with_event_id(msg)
             # A wakeup's durable record is its job's claimed fire, not the inbox.
-            if msg.source == "user":
-                if not await self.s.inbox.accept(msg, deliver=deliver):
-                    return Outcome("duplicate")
-                self.s.metrics.message_received(msg.platform)
-            if on_accepted is not None:  # durably ours: the platform may forget it now
-                on_accepted()
-            self._hold(msg)
-            async with _arrived(msg), self._admission.slot():
-                return await self._process(msg, deliver)
+            attempt = self._early_attempt(msg)
+            try:
+                if msg.source == "user":
+                    also = self._early.step(attempt) if attempt else None
+                    accepted = False
+                    try:
+                        accepted = await self.s.inbox.accept(msg, deliver=deliver, also=also)
+                    finally:
+                        if attempt is not None:
+                            self._early.settle(attempt, committed=accepted)
+                    if not accepted:
+                        return Outcome("duplicate")
+                    self.s.metrics.message_received(msg.platform)
+                if on_accepted is not None:  # durably ours: the platform may forget it now
+                    on_accepted()
+                self._hold(msg)
+                async with _arrived(msg), self._admission.slot():
+                    return await self._process(msg, deliver)
+            finally:
+                if attempt is not None and (left := self._early.leftover(attempt)) is not None:
+                    await asyncio.shield(self._hand_back(left))
 
     async def resume(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome:
         """Run a message taken over from the inbox (already claimed)."""
         self._hold(msg)
         async with self._tracked(), _arrived(msg), self._admission.slot():
             return await self._process(msg, deliver)
+
+    def _early_attempt(self, msg: IncomingMessage) -> Attempt | None:
+        """Take the conversation's lease with the message (`bot.pipeline.early_lease`):
+        a returning user's message (not a command) to a conversation not being
+        worked on here."""
+        if msg.source != "user" or self.s.commands.is_command(msg.text):
+            return None
+        user = self.s.identity.known(msg)
+        if user is None or self.s.control.busy(msg.conversation_key):
+            return None
+        return self._early.attempt(msg.conversation_key, user.id)
+
+    async def _hand_back(self, early: Early) -> None:
+        """A lease taken at intake that no run took over: free it; what it took
+        from the inbox runs as if taken over."""
+        await self._early.release(early)
+        for item in early.waiting:
+            self._resume_later(item)
 
     def working_on(self, platform: str, event_id: str) -> bool:
         """Whether this process is already handling that message (its lease may
@@ -258,6 +289,9 @@ class Pipeline:
             if await self._adopt_pending(batch, conversation, pending):
                 batch.tickets.sort(key=lambda t: t.payload.origin.received_at)
                 first = batch.tickets[0].payload.origin
+        else:  # a wakeup with the lease a message took: that message runs next
+            for item in pending:
+                self._resume_later(item)
         ended: list[Ended] = []  # recorded with the lease's release, one transaction
         try:
             async with self._delivery.typing(first):
@@ -281,6 +315,9 @@ class Pipeline:
         inbox instead) and, once the lease is ours, takes the messages other
         instances left for the conversation in the same transaction; a wakeup,
         which has no inbox row, waits a while for the lease."""
+        early = await self._early.take(key)
+        if early is not None:  # taken with a message at intake
+            return early.held, list(early.waiting)
         name = CONVERSATION_LEASE + key
         if source == "user":
             async with self.s.store.write() as session:
@@ -436,17 +473,10 @@ class Pipeline:
         question in the same conversation can refer to it. No run, no reply."""
         user = await self.s.identity.resolve(msg)
         conversation = await self.s.conversations.resolve(msg)
-        async with self.s.store.write() as session:
-            session.add(
-                Message(
-                    conversation_id=conversation.id,
-                    role="user",
-                    text=user_content(msg).text,
-                    user_id=user.id,
-                    platform_message_id=msg.platform_message_id,
-                    created_at=msg.received_at,
-                )
-            )
+        text = user_content(msg).text
+        await self.s.conversations.add_context(
+            conversation.id, user.id, text, msg.platform_message_id, msg.received_at
+        )
 
     async def _finish(self, msg: IncomingMessage, state: str) -> None:
         try:

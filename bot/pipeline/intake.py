@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -87,9 +87,16 @@ class Inbox:
         """This instance, as it appears in `lease_owner`."""
         self.lease = timedelta(seconds=lease_seconds)
 
-    async def accept(self, msg: IncomingMessage, *, deliver: bool = True) -> bool:
+    async def accept(
+        self,
+        msg: IncomingMessage,
+        *,
+        deliver: bool = True,
+        also: Callable[[AsyncSession], Awaitable[None]] | None = None,
+    ) -> bool:
         """Store `msg` (which must have a delivery id, see `with_event_id`), leased
-        to this instance. False: a redelivery, already stored. Raises when the
+        to this instance; then `also` in the same transaction (not for a
+        redelivery). False: a redelivery, already stored. Raises when the
         database cannot take it (the platform must not be acknowledged)."""
         key = msg.dedupe_key
         assert key, "with_event_id() first"
@@ -110,6 +117,8 @@ class Inbox:
             }
             async with self._store.write_urgent() as session:
                 await execute(session, _ACCEPT, values)
+                if also is not None:
+                    await also(session)
         except IntegrityError:
             log.info("inbox.duplicate platform=%s event_id=%s", msg.platform, key)
             return False

@@ -162,16 +162,16 @@ async def test_many_first_messages_of_a_new_user_at_once_create_each_row_once(
     assert len(adapter.sent) >= 1
 
 
-async def test_a_returning_message_takes_four_write_transactions(make_app, fake_anthropic):
-    """Intake; the conversation's lease with what waits for it; the turn with its
-    replies in the outbox; how the delivery ended with the lease's release."""
+async def test_a_returning_message_takes_three_write_transactions(make_app, fake_anthropic):
+    """Intake with the conversation's lease and what waits for it; the turn with
+    its replies in the outbox; how the delivery ended with the lease's release."""
     app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
     await app.pipeline.handle(message("hi"))
     with statements(app) as seen:
         assert (await app.pipeline.handle(message("again"))).status == "answered"
     writes = [s for s in seen if s.startswith(("INSERT", "UPDATE", "DELETE"))]
     if app.store.is_sqlite:
-        assert sum(s.startswith("BEGIN") for s in seen) == 4
+        assert sum(s.startswith("BEGIN") for s in seen) == 3
     assert len(writes) <= 13  # the turn's rows: one INSERT per table
     async with app.store.read() as s:
         states = (await s.exec(select(OutboxItem.state))).all()
@@ -243,7 +243,7 @@ async def test_each_part_is_recorded_before_the_next_goes_out_and_the_last_with_
 
 
 async def test_a_reply_in_one_part_costs_no_write_of_its_own_for_the_part(make_app, fake_anthropic):
-    """An adapter reporting its one part: still four write transactions (the
+    """An adapter reporting its one part: still three write transactions (the
     part's id is written with the delivery's end, the very next write)."""
     app = await make_app(budgets={"guest": "unlimited"})
     adapter = PartsAdapter(app, parts=1)
@@ -254,7 +254,7 @@ async def test_a_reply_in_one_part_costs_no_write_of_its_own_for_the_part(make_a
     updates = [s for s in seen if s.startswith("UPDATE outbox")]
     assert len(updates) == 1  # the end, carrying the part
     if app.store.is_sqlite:
-        assert sum(s.startswith("BEGIN") for s in seen) == 4
+        assert sum(s.startswith("BEGIN") for s in seen) == 3
     async with app.store.read() as s:
         rows = (await s.exec(select(OutboxItem).order_by(OutboxItem.id))).all()  # type: ignore[arg-type]
     assert [(r.state, r.part_ids) for r in rows] == [("sent", ["p1"]), ("sent", ["p1"])]

@@ -1,0 +1,115 @@
+"""A conversation's lease taken with the message that asks for it.
+
+A message is stored in the inbox before anything else; its run then needs the
+conversation's lease (one run per conversation across instances) and what other
+instances left waiting for it. For a returning user's message to a conversation
+this process is not working on, both go into the inbox's transaction instead of
+one of their own: one write fewer on every such message.
+
+The lease is held here until the next run of that conversation in this process
+takes it over (`take`), whichever message that run answers first. Only one is
+taken at a time per conversation, and never while a run of it is under way
+here: the lease upsert gives a lease already ours a new token, which would cut
+the running one's release. A message that ends without a run (refused, failed)
+hands what it took back (`leftover`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Taken
+from bot.store.leases import Held, Leases
+
+log = logging.getLogger("switchboard.pipeline")
+
+
+@dataclass(frozen=True, slots=True)
+class Early:
+    """What the inbox's transaction took: the lease (None when another live
+    instance holds it) and the messages that waited for the conversation."""
+
+    held: Held | None
+    waiting: tuple[Taken, ...] = ()
+
+
+NOTHING = Early(None)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One message's try at taking its conversation's lease at intake."""
+
+    key: str
+    user_id: int
+    future: asyncio.Future[Early]
+    took: Early = NOTHING
+
+
+class EarlyLeases:
+    def __init__(self, leases: Leases, inbox: Inbox) -> None:
+        self._leases = leases
+        self._inbox = inbox
+        self._by_key: dict[str, asyncio.Future[Early]] = {}
+
+    def attempt(self, key: str, user_id: int) -> Attempt | None:
+        """Claim the right to take `key`'s lease at intake; None when a message
+        on its way already did. `settle` the attempt whatever happens."""
+        if key in self._by_key:
+            return None
+        future: asyncio.Future[Early] = asyncio.get_running_loop().create_future()
+        self._by_key[key] = future
+        return Attempt(key, user_id, future)
+
+    def step(self, attempt: Attempt) -> Callable[[AsyncSession], Awaitable[None]]:
+        """What the inbox's transaction does too (`Inbox.accept(also=…)`)."""
+
+        async def take(session: AsyncSession) -> None:
+            name = CONVERSATION_LEASE + attempt.key
+            held = await self._leases.acquire(name, user_id=attempt.user_id, session=session)
+            waiting: tuple[Taken, ...] = ()
+            if held is not None:
+                waiting = tuple(await self._inbox.claim_pending(attempt.key, session=session))
+            attempt.took = Early(held, waiting)
+
+        return take
+
+    def settle(self, attempt: Attempt, committed: bool) -> None:
+        """The inbox's transaction ended: committed (and the message stored) or not."""
+        if not committed:
+            attempt.took = NOTHING
+        early = attempt.took
+        if not attempt.future.done():
+            attempt.future.set_result(early)
+        if early.held is None and self._by_key.get(attempt.key) is attempt.future:
+            del self._by_key[attempt.key]  # nothing to hand over
+
+    async def take(self, key: str) -> Early | None:
+        """For the run about to answer `key` here: the lease a message took at
+        intake (waiting for that intake's transaction if it is under way)."""
+        future = self._by_key.pop(key, None)
+        if future is None:
+            return None
+        early = await asyncio.shield(future)
+        return early if early.held is not None else None
+
+    def leftover(self, attempt: Attempt) -> Early | None:
+        """What the message took at intake and no run took over (it ended
+        without one): the caller releases the lease and resumes the messages."""
+        if self._by_key.get(attempt.key) is not attempt.future:
+            return None
+        del self._by_key[attempt.key]
+        early = attempt.took if attempt.future.done() else NOTHING
+        return early if early.held is not None else None
+
+    async def release(self, early: Early) -> None:
+        if early.held is not None:
+            try:
+                await self._leases.release(early.held)
+            except Exception:
+                log.warning("lease.release_failed lease=%s (it expires)", early.held.name)
