@@ -147,7 +147,7 @@ async def measured(
 ) -> Figures:
     await process.start()
     try:
-        return await measure(process, model, slack, messages, in_flight, tag)
+        return await measure(process, (model, slack), messages, in_flight, tag)
     except TimeoutError:
         print(process.log_text)
         raise
@@ -157,8 +157,7 @@ async def measured(
 
 async def measure(
     process: Service,
-    model: FakeAnthropic,
-    slack: FakeSlack,
+    fakes: tuple[FakeAnthropic, FakeSlack],
     messages: int,
     in_flight: int,
     tag: str,
@@ -166,6 +165,7 @@ async def measure(
     """Closed loop: `in_flight` DMs, each sending its next message once the
     reply to the last one was posted; a warm-up first."""
     assert process.proc is not None
+    model, slack = fakes
     url = process.url + "/slack/events"
     per_worker = max(1, messages // in_flight)
     warm = max(5, per_worker // 10)
