@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+import pytest
 from sqlmodel import select
 
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox
@@ -101,3 +102,34 @@ async def test_messages_at_once_to_one_conversation_are_each_answered_and_free_i
     async with app.store.read() as s:
         states = (await s.exec(select(InboxItem.state))).all()
     assert set(states) == {"answered"} and len(states) == 9
+
+
+async def test_when_the_intake_transaction_fails_after_the_lease_nothing_is_kept(
+    make_app, fake_anthropic, monkeypatch
+):
+    """The database fails the inbox's transaction after the lease was taken in
+    it: the platform gets the failure (and delivers again), no lease stays
+    behind, and the redelivery is answered once."""
+    app = await open_app(make_app)
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    inbox = app.pipeline.s.inbox
+    claim = inbox.claim_pending
+
+    async def cut(key, limit=100, session=None):  # type: ignore[no-untyped-def]
+        if session is not None:
+            raise ConnectionError("database cut")
+        return await claim(key, limit, session)
+
+    monkeypatch.setattr(inbox, "claim_pending", cut)
+    again = message("are you there?", event_id="ev-1")
+    with pytest.raises(ConnectionError):  # the platform is not acknowledged
+        await app.pipeline.handle(again)
+    assert await leases_held(app) == []
+    async with app.store.read() as s:
+        assert (await s.exec(select(InboxItem).where(InboxItem.event_id == "ev-1"))).all() == []
+    monkeypatch.setattr(inbox, "claim_pending", claim)
+    calls = fake_anthropic.request_count
+    assert (await app.pipeline.handle(again)).status == "answered"
+    assert (await app.pipeline.handle(again)).status == "duplicate"
+    assert fake_anthropic.request_count == calls + 1
+    assert await leases_held(app) == []
