@@ -112,6 +112,11 @@ class Budgets:
         else:
             self._limits.pop(user_id, None)
 
+    def user_created(self, user_id: int) -> None:
+        """A user created here has the budget row `Identity` wrote: its role's
+        allowance (cached like a read of it)."""
+        self._remember(user_id, "role", None)
+
     def _remember(self, user_id: int, mode: str, tokens: int | None) -> None:
         if len(self._limits) >= CACHE_LIMIT:
             self._limits.clear()

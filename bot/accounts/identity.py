@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import exists, update
@@ -47,10 +47,15 @@ def current_period() -> str:
 
 
 class Identity:
-    def __init__(self, store: Store, owners: Iterable[str]) -> None:
+    def __init__(
+        self, store: Store, owners: Iterable[str], on_created: Iterable[Callable[[int], None]] = ()
+    ) -> None:
         self._store = store
         self._owners = frozenset(owners)
         self._cache: dict[tuple[str, str], tuple[float, UserRecord, str | None]] = {}
+        self._on_created = tuple(on_created)
+        """Told each new user's id: what a user created here has is known
+        (a budget of its role's allowance, no memories), no need to read it."""
 
     def forget(self, user_id: int | None = None) -> None:
         """Drop cached accounts (of one user, or all) after a change to them."""
@@ -188,6 +193,8 @@ class Identity:
         log.info(
             "user.created id=%s account=%s:%s role=%s", user.id, platform, platform_user_id, role
         )
+        for tell in self._on_created:
+            tell(user.id)
         return user, link
 
     async def _refresh(

@@ -172,7 +172,11 @@ class App:
         )
         conversations = Conversations(self.store)
         audit = Audit(self.store)
-        identity = Identity(self.store, self.settings.admin.owners)
+        identity = Identity(
+            self.store,
+            self.settings.admin.owners,
+            on_created=(budgets.user_created, memories.user_created),
+        )
         extras = build_extras(
             self.settings,
             self.store,

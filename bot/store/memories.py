@@ -154,10 +154,17 @@ class MemoryStore:
         if found:
             self._known_some(user_id)
         else:
-            if len(self._none_since) >= CACHE_LIMIT:
-                self._none_since.clear()
-            self._none_since[user_id] = time.monotonic()
+            self._known_none(user_id)
         return found
+
+    def user_created(self, user_id: int) -> None:
+        """A user just created here has no memories (cached like a read of it)."""
+        self._known_none(user_id)
+
+    def _known_none(self, user_id: int) -> None:
+        if len(self._none_since) >= CACHE_LIMIT:
+            self._none_since.clear()
+        self._none_since[user_id] = time.monotonic()
 
     def _known_some(self, user_id: int) -> None:
         if len(self._some) >= CACHE_LIMIT:

@@ -105,6 +105,26 @@ async def test_an_unlimited_user_without_memories_costs_no_budget_or_memory_read
     assert reading(seen, "messages")  # a returning conversation: its history is read
 
 
+async def test_a_new_users_first_message_reads_neither_budget_nor_memories(
+    make_app, fake_anthropic
+):
+    """What a user created here has is known: its role's allowance, no memories."""
+    app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("hello, I'm new"))).status == "answered"
+    assert [s for s in seen if s.startswith("INSERT INTO users")]  # created on the way
+    assert reading(seen, "budgets") == [] and reading(seen, "memories") == []
+
+
+async def test_a_new_guests_first_message_with_an_allowance_still_reads_it(
+    make_app, fake_anthropic
+):
+    app, _ = await open_app(make_app, budgets={"guest": 50_000})
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("hello, I'm new"))).status == "answered"
+    assert reading(seen, "budgets")  # a limited allowance is read (and reserved) as ever
+
+
 async def test_the_first_message_of_a_conversation_reads_no_history(make_app, fake_anthropic):
     app, _ = await open_app(make_app)
     with statements(app) as seen:
