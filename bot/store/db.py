@@ -250,5 +250,14 @@ def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
     def _on_begin(conn: Connection) -> None:
         # Reads run in autocommit (no BEGIN: one round trip less, never a lock
         # held); writes take the write lock up front.
-        if not conn.get_execution_options().get(_READONLY, False):
+        if conn.get_execution_options().get(_READONLY, False):
+            return
+        driver = conn.connection.driver_connection
+        if isinstance(driver, sqlite_driver.Connection):
+            # Sent with the transaction's first statement, in its thread hop;
+            # listeners (statement counters) still see it.
+            driver.begin_with_next("BEGIN IMMEDIATE")
+            for listener in conn.dispatch.before_cursor_execute:
+                listener(conn, None, "BEGIN IMMEDIATE", (), None, False)
+        else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -18,17 +18,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import CursorResult, Executable, Table, insert
+from sqlalchemy import Executable, Table, insert
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from bot.store import direct
 
-async def execute(
-    session: AsyncSession, statement: Executable, params: Any = None
-) -> CursorResult[*tuple[Any, ...]]:
+
+async def execute(session: AsyncSession, statement: Executable, params: Any = None) -> Any:
     """Run `statement` (with `params`: a dict, or a list of dicts for an
-    executemany) in `session`'s transaction, as Core."""
+    executemany) in `session`'s transaction, as Core; on SQLite, a statement
+    prepared once (given with its parameters) runs straight on the driver
+    (`bot.store.direct`). The result offers `all`, `first`, `one`, `scalar`,
+    iteration and `rowcount`."""
     connection = await session.connection()
+    driver = direct.driver_of(connection, statement, params)
+    if driver is not None:
+        return await direct.run(connection, driver, statement, params)
     return await connection.execute(statement, params)
 
 

@@ -28,9 +28,36 @@ import aiosqlite
 from aiosqlite.context import Result
 
 
-def _execute_and_fetch(cursor: sqlite3.Cursor, sql: str, parameters: Any) -> list[Any] | None:
+def _execute_and_fetch(
+    cursor: sqlite3.Cursor, begin: str | None, sql: str, parameters: Any
+) -> list[Any] | None:
+    if begin:
+        cursor.connection.execute(begin)
     cursor.execute(sql, parameters)
     return cursor.fetchall() if cursor.description else None
+
+
+def _execute_many(cursor: sqlite3.Cursor, begin: str | None, sql: str, parameters: Any) -> None:
+    if begin:
+        cursor.connection.execute(begin)
+    cursor.executemany(sql, parameters)
+
+
+def _run_statement(
+    conn: sqlite3.Connection, begin: str | None, sql: str, parameters: Any, many: bool
+) -> tuple[list[Any] | None, int]:
+    if begin:
+        conn.execute(begin)
+    cursor = conn.cursor()
+    try:
+        if many:
+            cursor.executemany(sql, parameters)
+            return None, cursor.rowcount
+        cursor.execute(sql, parameters)
+        rows = cursor.fetchall() if cursor.description else None
+        return rows, cursor.rowcount
+    finally:
+        cursor.close()
 
 
 class Cursor(aiosqlite.Cursor):
@@ -48,15 +75,17 @@ class Cursor(aiosqlite.Cursor):
 
     async def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> Cursor:
         parameters = [] if parameters is None else parameters
+        begin = self._conn.take_begin()  # type: ignore[attr-defined]
         rows = await self._execute(  # type: ignore[no-untyped-call]
-            _execute_and_fetch, self._cursor, sql, parameters
+            _execute_and_fetch, self._cursor, begin, sql, parameters
         )
         self._rows = deque(rows or ())
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> Cursor:
         self._rows.clear()
-        await self._execute(self._cursor.executemany, sql, parameters)  # type: ignore[no-untyped-call]
+        begin = self._conn.take_begin()  # type: ignore[attr-defined]
+        await self._execute(_execute_many, self._cursor, begin, sql, parameters)  # type: ignore[no-untyped-call]
         return self
 
     async def fetchone(self) -> Any:
@@ -76,17 +105,42 @@ class Cursor(aiosqlite.Cursor):
 
 
 class Connection(aiosqlite.Connection):
+    _begin: str | None = None
+    """a BEGIN to send with the next statement (`begin_with_next`)"""
+
     def cursor(self) -> Result[Cursor]:  # type: ignore[override]
         return Result(self._new_cursor())
 
     async def _new_cursor(self) -> Cursor:
         return Cursor(self, self._conn.cursor())
 
+    async def statement(
+        self, sql: str, parameters: Any, *, many: bool = False
+    ) -> tuple[list[Any] | None, int]:
+        """Run one statement (an executemany when `many`) and fetch its rows,
+        in one hop: (the rows, or None for a statement returning none; the
+        rowcount)."""
+        return await self._execute(  # type: ignore[no-any-return,no-untyped-call]
+            _run_statement, self._conn, self.take_begin(), sql, parameters, many
+        )
+
+    def begin_with_next(self, begin: str) -> None:
+        """Send `begin` (a BEGIN statement) with the next statement, in its hop:
+        a write transaction starts without a round trip of its own. A commit
+        or rollback before any statement sends nothing."""
+        self._begin = begin
+
+    def take_begin(self) -> str | None:
+        begin, self._begin = self._begin, None
+        return begin
+
     async def commit(self) -> None:
+        self._begin = None
         if self._conn.in_transaction:  # else nothing to do: no hop (reads, pool resets)
             await super().commit()
 
     async def rollback(self) -> None:
+        self._begin = None
         if self._conn.in_transaction:
             await super().rollback()
 
@@ -95,9 +149,7 @@ def connect(database: str) -> Connection:
     """A connection to `database` (not opened until awaited)."""
 
     def connector() -> sqlite3.Connection:
-        return sqlite3.connect(
-            database, check_same_thread=False, uri=database.startswith("file:")
-        )
+        return sqlite3.connect(database, check_same_thread=False, uri=database.startswith("file:"))
 
     connection = Connection(connector, iter_chunk_size=64)
     connection._thread.daemon = True  # as SQLAlchemy's dialect does: never block exit

@@ -1,0 +1,201 @@
+"""Prepared statements on SQLite run straight on the driver (`bot.store.direct`)
+and give what SQLAlchemy's Core path gives: typed values (JSON, booleans,
+aware datetimes), RETURNING rows, rowcounts, expanding IN lists, SQLAlchemy's
+exceptions, statements seen by event listeners. A write transaction's BEGIN
+goes out with its first statement and still holds the write lock until the
+commit. On PostgreSQL the same calls take the Core path."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import bindparam, event, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlmodel import col, select
+
+from bot.store import Store, direct
+from bot.store.models import InboxItem
+from bot.store.rows import execute, insert_rows
+
+CLAIM = (
+    update(InboxItem)
+    .where(
+        col(InboxItem.conversation_key) == bindparam("t_key"),
+        col(InboxItem.state).in_(["pending", "running"]),
+    )
+    .values(
+        state="running",
+        attempts=col(InboxItem.attempts) + 1,
+        lease_expires_at=bindparam("t_until"),
+    )
+    .returning(
+        col(InboxItem.event_id),
+        col(InboxItem.payload),
+        col(InboxItem.deliver),
+        col(InboxItem.attempts),
+        col(InboxItem.lease_expires_at),
+        col(InboxItem.created_at),
+    )
+)
+BY_EVENTS = (
+    select(  # type: ignore[call-overload]
+        col(InboxItem.event_id),
+        col(InboxItem.payload),
+        col(InboxItem.deliver),
+        col(InboxItem.lease_expires_at),
+    )
+    .where(col(InboxItem.event_id).in_(bindparam("t_events", expanding=True)))
+    .order_by(col(InboxItem.id))
+)
+CREATED = datetime(2026, 11, 25, 12, 30, 15, 123456, tzinfo=UTC)
+
+
+def items(*events: str, key: str = "c1") -> list[InboxItem]:
+    return [
+        InboxItem(
+            platform="test",
+            event_id=event,
+            conversation_key=key,
+            payload={"text": f"hello {event}", "nested": {"n": i, "ok": True}},
+            deliver=i % 2 == 0,
+            created_at=CREATED + timedelta(seconds=i),
+        )
+        for i, event in enumerate(events)
+    ]
+
+
+async def core(store: Store, statement: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """What SQLAlchemy's own Core path returns for the same statement."""
+    async with store.read() as session:
+        connection = await session.connection()
+        return [tuple(row) for row in (await connection.execute(statement, params)).all()]
+
+
+async def test_returning_rows_are_typed_as_sqlalchemy_types_them(store: Store):
+    async with store.write() as session:
+        await insert_rows(session, items("e1", "e2", "e3"))
+        await insert_rows(session, items("other", key="c2"))
+    until = datetime(2026, 11, 25, 13, 0, tzinfo=UTC)
+    async with store.write() as session:
+        result = await execute(session, CLAIM, {"t_key": "c1", "t_until": until})
+        claimed = sorted(tuple(row) for row in result.all())
+    assert result.rowcount == 3
+    assert [row[0] for row in claimed] == ["e1", "e2", "e3"]
+    event_id, payload, deliver, attempts, expires, created = claimed[1]
+    assert payload == {"text": "hello e2", "nested": {"n": 1, "ok": True}}
+    assert deliver is False and attempts == 1
+    assert expires == until and expires.tzinfo is not None
+    assert created == CREATED + timedelta(seconds=1)
+    # Read back by SQLAlchemy's own path: the values written were the same.
+    stored = await core(store, BY_EVENTS, {"t_events": ["e1", "e2", "e3"]})
+    assert [(r[0], r[1], r[2], r[3]) for r in stored] == [
+        (c[0], c[1], c[2], c[4]) for c in claimed
+    ]
+
+
+@pytest.mark.parametrize("events", [["e2"], ["e1", "e3"], ["e3", "e2", "e1", "missing"]])
+async def test_an_expanding_in_list_of_any_length_matches_the_core_path(
+    store: Store, events: list[str]
+):
+    async with store.write() as session:
+        await insert_rows(session, items("e1", "e2", "e3"))
+    async with store.read() as session:
+        rows = [tuple(row) for row in await execute(session, BY_EVENTS, {"t_events": events})]
+        first = (await execute(session, BY_EVENTS, {"t_events": events})).first()
+        assert (await execute(session, BY_EVENTS, {"t_events": ["none"]})).first() is None
+    assert rows == await core(store, BY_EVENTS, {"t_events": events})
+    assert sorted(row[0] for row in rows) == sorted(e for e in events if e != "missing")
+    assert first is not None and first.event_id == rows[0][0]  # rows have names too
+
+
+async def test_a_failing_statement_raises_sqlalchemys_error_and_keeps_nothing(store: Store):
+    async with store.write() as session:
+        await insert_rows(session, items("e1"))
+    with pytest.raises(IntegrityError):
+        async with store.write() as session:
+            await insert_rows(session, items("e2", "e3"))
+            await insert_rows(session, items("e1"))  # (platform, event_id) is unique
+    async with store.write() as session:  # the connection is usable again
+        await insert_rows(session, items("e4"))
+    stored = await core(store, BY_EVENTS, {"t_events": ["e1", "e2", "e3", "e4"]})
+    assert [row[0] for row in stored] == ["e1", "e4"]
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path):  # type: ignore[no-untyped-def]
+    store = Store(f"sqlite+aiosqlite:///{tmp_path / 'direct.db'}", busy_timeout_ms=200)
+    await store.upgrade()
+    yield store
+    await store.dispose()
+
+
+async def test_on_sqlite_statements_go_to_the_driver_and_listeners_still_see_them(
+    sqlite_store: Store,
+):
+    seen: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        seen.append((statement, parameters))
+
+    event.listen(sqlite_store.engine.sync_engine, "before_cursor_execute", record)
+    async with sqlite_store.write() as session:
+        assert direct.driver_of(await session.connection(), CLAIM, {"t_key": "x"}) is not None
+        await insert_rows(session, items("e1", "e2"))
+        result = await execute(session, CLAIM, {"t_key": "c1", "t_until": CREATED})
+    assert result.rowcount == 2
+    assert [s.split()[0] for s, _ in seen] == ["BEGIN", "INSERT", "UPDATE"]
+    assert seen[2][1][-3:] == ("c1", "pending", "running")  # the caller's key, the IN constants
+
+
+async def test_a_write_transaction_holds_the_lock_from_its_first_statement_to_commit(
+    sqlite_store: Store, tmp_path: Path
+):
+    other = sqlite3.connect(tmp_path / "direct.db", timeout=0, isolation_level=None)
+
+    def other_writes() -> bool:
+        try:
+            other.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            assert "locked" in str(exc)
+            return False
+        other.execute("ROLLBACK")
+        return True
+
+    async with sqlite_store.write() as session:
+        await session.connection()
+        assert other_writes()  # BEGIN waits for the first statement: nothing held yet
+        await insert_rows(session, items("e1"))
+        assert not other_writes()
+        await execute(session, CLAIM, {"t_key": "c1", "t_until": CREATED})
+        assert not other_writes()
+    assert other_writes()
+    async with sqlite_store.write():
+        pass  # no statement: no BEGIN, no COMMIT, nothing held
+    assert other_writes()
+    other.close()
+
+
+async def test_a_database_locked_at_the_first_statement_fails_cleanly(
+    sqlite_store: Store, tmp_path: Path
+):
+    other = sqlite3.connect(tmp_path / "direct.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    with pytest.raises(OperationalError, match="locked"):
+        async with sqlite_store.write() as session:
+            await insert_rows(session, items("e1"))
+    other.execute("ROLLBACK")
+    other.close()
+    async with sqlite_store.write() as session:
+        await insert_rows(session, items("e2"))
+    stored = await core(sqlite_store, BY_EVENTS, {"t_events": ["e1", "e2"]})
+    assert [row[0] for row in stored] == ["e2"]
+
+
+async def test_postgresql_keeps_the_core_path(store: Store):
+    async with store.read() as session:
+        driver = direct.driver_of(await session.connection(), CLAIM, {"t_key": "x"})
+    assert (driver is None) == (store.dialect == "postgresql")
