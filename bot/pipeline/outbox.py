@@ -128,7 +128,7 @@ class Outbox:
             "o_error": error[:2000] if error else None,
         }
         if session is not None:
-            await execute(session, _FINISH, params)
+            await execute(session, _FINISH, params, wait=False)  # the commit raises a failure
             return
         async with self._store.write() as own:
             await execute(own, _FINISH, params)

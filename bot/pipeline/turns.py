@@ -174,14 +174,16 @@ async def write_turn(
     """Write a turn in the caller's transaction. When its messages were already
     finished by someone else (a spooled turn replayed after another instance
     took them over), only what was spent is recorded."""
-    await insert_rows(session, [rows.run])
+    # Inserts are queued (wait=False): a failure is raised by the next statement
+    # that waits, or by the commit.
+    await insert_rows(session, [rows.run], wait=False)
     finished = await _finish_inbox(session, rows)
     messages = rows.messages if finished else []
     if finished:
-        await insert_rows(session, messages)
-        await insert_rows(session, rows.files)
-    await insert_rows(session, rows.spans)
-    await insert_rows(session, rows.tokens)
+        await insert_rows(session, messages, wait=False)
+        await insert_rows(session, rows.files, wait=False)
+    await insert_rows(session, rows.spans, wait=False)
+    await insert_rows(session, rows.tokens, wait=False)
     charge = None
     for hold, tokens in rows.owed:
         if hold is not None:

@@ -138,9 +138,13 @@ async def run(
     driver: DriverConnection,
     statement: Executable,
     params: Mapping[str, Any] | list[Mapping[str, Any]],
-) -> Result:
+    *,
+    wait: bool = True,
+) -> Result | None:
     """Run `statement` with `params` (a dict, or a list of dicts of the same
-    keys for an executemany) on `driver`, in the session's transaction."""
+    keys for an executemany) on `driver`, in the session's transaction. With
+    `wait` False, queue it and return None at once: a failure is raised by
+    the transaction's next statement or its commit."""
     first = params[0] if isinstance(params, list) else params
     many = first is not params
     sync = connection.sync_connection
@@ -154,11 +158,16 @@ async def run(
     )
     for listener in sync.dispatch.before_cursor_execute:
         listener(sync, None, plan.sql, arguments, None, many)
+    if not wait:
+        driver.statement_later(plan.sql, arguments, many=many)
+        return None
     try:
         raw, rowcount = await driver.statement(plan.sql, arguments, many=many)
     except sqlite3.Error as error:
+        # A statement queued earlier in the transaction may be the one that failed.
+        sql = getattr(error, "sql", plan.sql)
         raise exc.DBAPIError.instance(
-            plan.sql, arguments, error, sqlite3.Error, dialect=dialect
+            sql, None if sql is not plan.sql else arguments, error, sqlite3.Error, dialect=dialect
         ) from error
     rows = plan.rows(raw) if plan.columns is not None and raw is not None else []
     return Result(rows, rowcount)

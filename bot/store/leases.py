@@ -87,7 +87,7 @@ class Leases:
         """Free `held` (in `session`'s transaction when given)."""
         params = {"l_name": held.name, "l_token": held.token}
         if session is not None:
-            await execute(session, _RELEASE, params)
+            await execute(session, _RELEASE, params, wait=False)  # the commit raises a failure
             return
         async with self._store.write() as own:
             await execute(own, _RELEASE, params)

@@ -25,16 +25,23 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.store import direct
 
 
-async def execute(session: AsyncSession, statement: Executable, params: Any = None) -> Any:
+async def execute(
+    session: AsyncSession, statement: Executable, params: Any = None, *, wait: bool = True
+) -> Any:
     """Run `statement` (with `params`: a dict, or a list of dicts for an
     executemany) in `session`'s transaction, as Core; on SQLite, a statement
     prepared once (given with its parameters) runs straight on the driver
     (`bot.store.direct`). The result offers `all`, `first`, `one`, `scalar`,
-    iteration and `rowcount`."""
+    iteration and `rowcount`.
+
+    `wait=False`, for a write whose outcome the caller does not read: on
+    SQLite it is queued and None returned at once (no round trip); if it
+    fails, the transaction's next statement or its commit raises the error,
+    so the transaction never commits without it."""
     connection = await session.connection()
     driver = direct.driver_of(connection, statement, params)
     if driver is not None:
-        return await direct.run(connection, driver, statement, params)
+        return await direct.run(connection, driver, statement, params, wait=wait)
     return await connection.execute(statement, params)
 
 
@@ -50,14 +57,17 @@ def values_of(row: SQLModel) -> dict[str, Any]:
     return values
 
 
-async def insert_rows(session: AsyncSession, rows: Sequence[SQLModel]) -> None:
+async def insert_rows(
+    session: AsyncSession, rows: Sequence[SQLModel], *, wait: bool = True
+) -> None:
     """Insert rows of one model in the caller's transaction, in order, with one
-    statement (an executemany when there are several)."""
+    statement (an executemany when there are several); `wait` as for
+    `execute`."""
     if not rows:
         return
     table: Table = rows[0].__table__  # type: ignore[attr-defined]
     values = [values_of(row) for row in rows]
-    await execute(session, _insert(table), values[0] if len(values) == 1 else values)
+    await execute(session, _insert(table), values[0] if len(values) == 1 else values, wait=wait)
 
 
 async def insert_returning_ids(session: AsyncSession, rows: Sequence[SQLModel]) -> list[int]:

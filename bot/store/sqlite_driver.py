@@ -8,8 +8,12 @@ SQLite, are most of a statement's cost. Here a cursor is made and closed on the
 calling thread (no I/O: check_same_thread is off, as SQLAlchemy sets it for a
 file database), and execute fetches the rows in the same hop, so a statement
 is one hand-off, a commit another; a commit or rollback with no transaction
-open (a read in autocommit, the pool's reset) is none. Everything else is
-aiosqlite's.
+open (a read in autocommit, the pool's reset) is none. A write transaction's
+BEGIN goes out with its first statement (`begin_with_next`), and a statement
+whose outcome the caller does not need before the commit can be queued
+without any hand-off back (`statement_later`): the worker thread runs a
+connection's calls in order, so its failure is raised by the next call that
+waits, and nothing queued after it runs. Everything else is aiosqlite's.
 
 `connect` is the `async_creator` of the Store's SQLite engine; the URL's
 parameters are not applied by SQLAlchemy then, so it opens the file itself the
@@ -21,7 +25,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import aiosqlite
@@ -29,15 +34,19 @@ from aiosqlite.context import Result
 
 
 def _execute_and_fetch(
-    cursor: sqlite3.Cursor, begin: str | None, sql: str, parameters: Any
+    owner: Connection, cursor: sqlite3.Cursor, begin: str | None, sql: str, parameters: Any
 ) -> list[Any] | None:
+    owner.raise_deferred_failure()
     if begin:
         cursor.connection.execute(begin)
     cursor.execute(sql, parameters)
     return cursor.fetchall() if cursor.description else None
 
 
-def _execute_many(cursor: sqlite3.Cursor, begin: str | None, sql: str, parameters: Any) -> None:
+def _execute_many(
+    owner: Connection, cursor: sqlite3.Cursor, begin: str | None, sql: str, parameters: Any
+) -> None:
+    owner.raise_deferred_failure()
     if begin:
         cursor.connection.execute(begin)
     cursor.executemany(sql, parameters)
@@ -63,8 +72,9 @@ def _run_statement(
 class Cursor(aiosqlite.Cursor):
     """Rows are fetched with the statement; fetch calls read them from memory."""
 
-    def __init__(self, conn: aiosqlite.Connection, cursor: sqlite3.Cursor) -> None:
+    def __init__(self, conn: Connection, cursor: sqlite3.Cursor) -> None:
         super().__init__(conn, cursor)
+        self._owner = conn
         self._rows: deque[Any] = deque()
 
     async def __aenter__(self) -> Cursor:
@@ -75,17 +85,17 @@ class Cursor(aiosqlite.Cursor):
 
     async def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> Cursor:
         parameters = [] if parameters is None else parameters
-        begin = self._conn.take_begin()  # type: ignore[attr-defined]
-        rows = await self._execute(  # type: ignore[no-untyped-call]
-            _execute_and_fetch, self._cursor, begin, sql, parameters
+        owner = self._owner
+        rows = await owner.hop(
+            _execute_and_fetch, owner, self._cursor, owner.take_begin(), sql, parameters
         )
         self._rows = deque(rows or ())
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> Cursor:
         self._rows.clear()
-        begin = self._conn.take_begin()  # type: ignore[attr-defined]
-        await self._execute(_execute_many, self._cursor, begin, sql, parameters)  # type: ignore[no-untyped-call]
+        owner = self._owner
+        await owner.hop(_execute_many, owner, self._cursor, owner.take_begin(), sql, parameters)
         return self
 
     async def fetchone(self) -> Any:
@@ -105,8 +115,18 @@ class Cursor(aiosqlite.Cursor):
 
 
 class Connection(aiosqlite.Connection):
+    """One hop per statement; BEGIN sent with a transaction's first statement;
+    statements whose outcome the caller does not wait for (`statement_later`)
+    queued without a hop back, their failure raised by the next call."""
+
     _begin: str | None = None
     """a BEGIN to send with the next statement (`begin_with_next`)"""
+    _queued = False
+    """statements were queued (`statement_later`) since the last call waited
+    for the worker thread: the transaction's state is not known here"""
+    _failed: tuple[sqlite3.Error, str] | None = None
+    """a queued statement's failure and its SQL (read and written on the
+    worker thread only)"""
 
     def cursor(self) -> Result[Cursor]:  # type: ignore[override]
         return Result(self._new_cursor())
@@ -114,15 +134,54 @@ class Connection(aiosqlite.Connection):
     async def _new_cursor(self) -> Cursor:
         return Cursor(self, self._conn.cursor())
 
+    async def hop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` on the worker thread, after whatever is queued."""
+        result = await self._execute(fn, *args)  # type: ignore[no-untyped-call]
+        self._queued = False
+        return result
+
     async def statement(
         self, sql: str, parameters: Any, *, many: bool = False
     ) -> tuple[list[Any] | None, int]:
         """Run one statement (an executemany when `many`) and fetch its rows,
         in one hop: (the rows, or None for a statement returning none; the
-        rowcount)."""
-        return await self._execute(  # type: ignore[no-any-return,no-untyped-call]
-            _run_statement, self._conn, self.take_begin(), sql, parameters, many
+        rowcount). Raises a queued statement's failure instead, running nothing."""
+        return await self.hop(  # type: ignore[no-any-return]
+            self._statement, self.take_begin(), sql, parameters, many
         )
+
+    def statement_later(self, sql: str, parameters: Any, *, many: bool = False) -> None:
+        """Queue one statement without waiting for it: no hop back to the event
+        loop. A failure is raised by this connection's next statement or
+        commit (and the statements queued after it do not run); a rollback
+        forgets it."""
+        if not self._running or not self._connection:
+            raise ValueError("Connection closed")
+        begin = self.take_begin()
+        self._queued = True
+        self._tx.put_nowait((None, partial(self._statement_later, begin, sql, parameters, many)))
+
+    def _statement(
+        self, begin: str | None, sql: str, parameters: Any, many: bool
+    ) -> tuple[list[Any] | None, int]:
+        self.raise_deferred_failure()
+        return _run_statement(self._conn, begin, sql, parameters, many)
+
+    def _statement_later(self, begin: str | None, sql: str, parameters: Any, many: bool) -> None:
+        if self._failed is not None:
+            return  # the transaction failed: nothing more runs in it
+        try:
+            _run_statement(self._conn, begin, sql, parameters, many)
+        except sqlite3.Error as error:
+            self._failed = (error, sql)
+
+    def raise_deferred_failure(self) -> None:
+        """(Worker thread) Raise a queued statement's failure, once. The error
+        carries that statement's SQL as `sql`."""
+        if self._failed is not None:
+            (error, sql), self._failed = self._failed, None
+            error.sql = sql  # type: ignore[attr-defined]
+            raise error
 
     def begin_with_next(self, begin: str) -> None:
         """Send `begin` (a BEGIN statement) with the next statement, in its hop:
@@ -136,13 +195,24 @@ class Connection(aiosqlite.Connection):
 
     async def commit(self) -> None:
         self._begin = None
-        if self._conn.in_transaction:  # else nothing to do: no hop (reads, pool resets)
-            await super().commit()
+        # Nothing to do without a transaction (reads, pool resets): no hop.
+        if self._queued or self._conn.in_transaction:
+            await self.hop(self._commit)
+
+    def _commit(self) -> None:
+        self.raise_deferred_failure()
+        if self._conn.in_transaction:
+            self._conn.commit()
 
     async def rollback(self) -> None:
         self._begin = None
+        if self._queued or self._conn.in_transaction:
+            await self.hop(self._rollback)
+
+    def _rollback(self) -> None:
+        self._failed = None
         if self._conn.in_transaction:
-            await super().rollback()
+            self._conn.rollback()
 
 
 def connect(database: str) -> Connection:

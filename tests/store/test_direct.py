@@ -85,7 +85,7 @@ async def test_returning_rows_are_typed_as_sqlalchemy_types_them(store: Store):
         claimed = sorted(tuple(row) for row in result.all())
     assert result.rowcount == 3
     assert [row[0] for row in claimed] == ["e1", "e2", "e3"]
-    event_id, payload, deliver, attempts, expires, created = claimed[1]
+    _event, payload, deliver, attempts, expires, created = claimed[1]
     assert payload == {"text": "hello e2", "nested": {"n": 1, "ok": True}}
     assert deliver is False and attempts == 1
     assert expires == until and expires.tzinfo is not None
@@ -199,3 +199,65 @@ async def test_postgresql_keeps_the_core_path(store: Store):
     async with store.read() as session:
         driver = direct.driver_of(await session.connection(), CLAIM, {"t_key": "x"})
     assert (driver is None) == (store.dialect == "postgresql")
+
+
+async def test_a_queued_insert_that_fails_fails_its_transaction_at_the_commit(store: Store):
+    async with store.write() as session:
+        await insert_rows(session, items("e1"))
+    with pytest.raises(IntegrityError):
+        async with store.write() as session:
+            await insert_rows(session, items("e2"), wait=False)
+            await insert_rows(session, items("e1"), wait=False)  # a duplicate
+            await insert_rows(session, items("e3"), wait=False)
+    async with store.write() as session:
+        await insert_rows(session, items("e4"), wait=False)
+    stored = await core(store, BY_EVENTS, {"t_events": ["e1", "e2", "e3", "e4"]})
+    assert [row[0] for row in stored] == ["e1", "e4"]
+
+
+async def test_a_queued_failure_is_raised_by_the_next_statement_that_waits(store: Store):
+    async with store.write() as session:
+        await insert_rows(session, items("e1"))
+    with pytest.raises(IntegrityError) as raised:
+        async with store.write() as session:
+            await insert_rows(session, items("e1"), wait=False)
+            await execute(session, CLAIM, {"t_key": "c1", "t_until": CREATED})
+            pytest.fail("the claim ran after a failed insert")
+    assert "INSERT INTO inbox" in str(raised.value)  # names the statement that failed
+    stored = await core(store, BY_EVENTS, {"t_events": ["e1"]})
+    assert stored[0][3] is None  # the claim did not run
+
+
+async def test_an_error_after_a_queued_failure_rolls_back_and_the_next_transaction_works(
+    store: Store,
+):
+    async with store.write() as session:
+        await insert_rows(session, items("e1"))
+    # (PostgreSQL runs the insert at once, so its error comes first there.)
+    with pytest.raises(RuntimeError if store.is_sqlite else IntegrityError):
+        async with store.write() as session:
+            await insert_rows(session, items("e1"), wait=False)
+            raise RuntimeError("mine")
+    async with store.write() as session:
+        await insert_rows(session, items("e2"), wait=False)
+        claimed = (await execute(session, CLAIM, {"t_key": "c1", "t_until": CREATED})).all()
+    assert sorted(row[0] for row in claimed) == ["e1", "e2"]
+
+
+async def test_queued_statements_never_run_outside_their_transaction(
+    sqlite_store: Store, tmp_path: Path
+):
+    """The BEGIN queued with them fails (another process holds the lock): the
+    statements queued after it do not run in autocommit."""
+    other = sqlite3.connect(tmp_path / "direct.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(OperationalError, match="locked"):
+        async with sqlite_store.write() as session:
+            await insert_rows(session, items("e1"), wait=False)
+            await insert_rows(session, items("e2"), wait=False)
+    other.execute("ROLLBACK")
+    other.close()
+    assert await core(sqlite_store, BY_EVENTS, {"t_events": ["e1", "e2"]}) == []
+    async with sqlite_store.write() as session:
+        await insert_rows(session, items("e3"), wait=False)
+    assert len(await core(sqlite_store, BY_EVENTS, {"t_events": ["e3"]})) == 1
