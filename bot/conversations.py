@@ -61,6 +61,17 @@ _RECORD_COLUMNS = (
     col(Conversation.server_id),
 )
 
+
+def _upsert(dialect: Any) -> Any:
+    base = dialect.insert(Conversation)
+    return base.on_conflict_do_update(
+        index_elements=[col(Conversation.key)], set_={"key": base.excluded.key}
+    ).returning(*_RECORD_COLUMNS)
+
+
+_UPSERT = {"postgresql": _upsert(postgresql), "sqlite": _upsert(sqlite)}
+"""`_create`'s statement per dialect, built once (the values come as parameters)."""
+
 MAX_HISTORY_ROWS = 2000
 """Safety cap on rows loaded for one run; compaction keeps histories far shorter."""
 
@@ -181,13 +192,8 @@ class Conversations:
             thread_id=thread_id or "",
             server_id=server_id,
         )
-        dialect = postgresql if self._store.dialect == "postgresql" else sqlite
-        base = dialect.insert(Conversation).values(values_of(row))
-        stmt = base.on_conflict_do_update(
-            index_elements=[col(Conversation.key)], set_={"key": base.excluded.key}
-        ).returning(*_RECORD_COLUMNS)
         async with self._store.write() as session:
-            stored = (await execute(session, stmt)).one()
+            stored = (await execute(session, _UPSERT[self._store.dialect], values_of(row))).one()
         return ConversationRecord(
             stored[0], stored[1], stored[2], stored[3], stored[4] or None, stored[5]
         )

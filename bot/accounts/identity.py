@@ -10,14 +10,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import exists, update
+from sqlalchemy import bindparam, exists, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 
 from bot.store import Store
 from bot.store.models import Budget, PlatformLink, User
-from bot.store.rows import insert_returning_ids, insert_rows
+from bot.store.rows import execute, insert_returning_ids, insert_rows
 from bot.types import IncomingMessage, Role, utcnow
 
 log = logging.getLogger("switchboard.identity")
@@ -154,18 +154,15 @@ class Identity:
         return None if found is None else found[0].id
 
     async def _find(self, platform: str, platform_user_id: str) -> tuple[User, PlatformLink] | None:
+        params = {"a_platform": platform, "a_user": platform_user_id}
         async with self._store.read() as session:
-            row = (
-                await session.exec(
-                    select(User, PlatformLink)
-                    .join(PlatformLink, col(PlatformLink.user_id) == col(User.id))
-                    .where(
-                        PlatformLink.platform == platform,
-                        PlatformLink.platform_user_id == platform_user_id,
-                    )
-                )
-            ).first()
-        return None if row is None else (row[0], row[1])
+            row = (await execute(session, _FIND, params)).first()
+        if row is None:
+            return None
+        split = len(_USER_KEYS)
+        user = User(**dict(zip(_USER_KEYS, row[:split], strict=True)))
+        link = PlatformLink(**dict(zip(_LINK_KEYS, row[split:], strict=True)))
+        return user, link
 
     async def _create(
         self,
@@ -189,7 +186,8 @@ class Identity:
                 username=username,
             )
             (link.id,) = await insert_returning_ids(session, [link])
-            await insert_rows(session, [Budget(user_id=user.id, period=current_period())])
+            budget = Budget(user_id=user.id, period=current_period())
+            await insert_rows(session, [budget], wait=False)  # the commit raises a failure
         log.info(
             "user.created id=%s account=%s:%s role=%s", user.id, platform, platform_user_id, role
         )
@@ -249,3 +247,17 @@ class Identity:
         self.forget(record.id)
         log.info("user.promoted id=%s role=owner (first owner)", record.id)
         return UserRecord(record.id, Role.OWNER, record.display_name, platform, platform_user_id)
+
+
+_USER_KEYS = tuple(column.key for column in User.__table__.columns)  # type: ignore[attr-defined]
+_LINK_KEYS = tuple(column.key for column in PlatformLink.__table__.columns)  # type: ignore[attr-defined]
+_FIND = (
+    select(*User.__table__.columns, *PlatformLink.__table__.columns)  # type: ignore[attr-defined]
+    .join(PlatformLink, col(PlatformLink.user_id) == col(User.id))
+    .where(
+        col(PlatformLink.platform) == bindparam("a_platform"),
+        col(PlatformLink.platform_user_id) == bindparam("a_user"),
+    )
+)
+"""An account's user and link (`_find`), built once: it runs for every message
+of someone not seen lately, a new user's first one included."""
