@@ -114,6 +114,7 @@ def _returns_rows(statement: Executable) -> bool:
     return bool(list(getattr(statement, "exported_columns", ())))
 
 
+MAX_PLANS = 512
 _PLANS: dict[tuple[int, str, tuple[str, ...], tuple[int, ...]], Plan] = {}
 
 
@@ -180,6 +181,8 @@ def _plan(statement: Executable, dialect: Dialect, params: Mapping[str, Any]) ->
     plan = _PLANS.get(cache_key)
     if plan is None or plan.statement is not statement:
         plan = _compile(statement, dialect, params)
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()  # statements are module constants; this only guards misuse
         _PLANS[cache_key] = plan
     return plan
 

@@ -122,8 +122,9 @@ class Connection(aiosqlite.Connection):
     _begin: str | None = None
     """a BEGIN to send with the next statement (`begin_with_next`)"""
     _queued = False
-    """statements were queued (`statement_later`) since the last call waited
-    for the worker thread: the transaction's state is not known here"""
+    """work was queued on the worker thread (`statement_later`, or a call whose
+    wait ended early or failed) since a call last had its answer: the
+    transaction's state is not known on this side"""
     _failed: tuple[sqlite3.Error, str] | None = None
     """a queued statement's failure and its SQL (read and written on the
     worker thread only)"""
@@ -135,7 +136,11 @@ class Connection(aiosqlite.Connection):
         return Cursor(self, self._conn.cursor())
 
     async def hop(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args)` on the worker thread, after whatever is queued."""
+        """`fn(*args)` on the worker thread, after whatever is queued. Until it
+        has answered, the transaction's state is not known here: when the wait
+        ends early (the task is cancelled while `fn` still runs there) or
+        fails, the next commit or rollback goes to the thread and finds out."""
+        self._queued = True
         result = await self._execute(fn, *args)  # type: ignore[no-untyped-call]
         self._queued = False
         return result

@@ -7,6 +7,7 @@ commit. On PostgreSQL the same calls take the Core path."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -261,3 +262,31 @@ async def test_queued_statements_never_run_outside_their_transaction(
     async with sqlite_store.write() as session:
         await insert_rows(session, items("e3"), wait=False)
     assert len(await core(sqlite_store, BY_EVENTS, {"t_events": ["e3"]})) == 1
+
+
+async def test_a_write_cancelled_while_its_statement_runs_leaves_no_transaction_behind(
+    sqlite_store: Store, tmp_path: Path
+):
+    """/stop or shutdown cancels a task whose statement is on the driver's
+    thread (here: waiting for the write lock, which then comes free): the
+    statement still runs there, and the rollback that follows must reach it,
+    or the pooled connection would keep an open transaction and the lock."""
+    other = sqlite3.connect(tmp_path / "direct.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+
+    async def write() -> None:
+        async with sqlite_store.write() as session:
+            await insert_rows(session, items("cancelled"))
+
+    task = asyncio.create_task(write())
+    await asyncio.sleep(0.05)  # the BEGIN is waiting on the worker thread
+    task.cancel()
+    other.execute("ROLLBACK")  # the lock comes free: the BEGIN and the INSERT run
+    other.close()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for event_id in ("a", "b", "c"):  # whichever pooled connection comes next
+        async with sqlite_store.write() as session:
+            await insert_rows(session, items(event_id))
+    stored = await core(sqlite_store, BY_EVENTS, {"t_events": ["cancelled", "a", "b", "c"]})
+    assert [row[0] for row in stored] == ["a", "b", "c"]
