@@ -126,14 +126,6 @@ async def test_a_failing_statement_raises_sqlalchemys_error_and_keeps_nothing(st
     assert [row[0] for row in stored] == ["e1", "e4"]
 
 
-@pytest.fixture
-async def sqlite_store(tmp_path: Path):  # type: ignore[no-untyped-def]
-    store = Store(f"sqlite+aiosqlite:///{tmp_path / 'direct.db'}", busy_timeout_ms=200)
-    await store.upgrade()
-    yield store
-    await store.dispose()
-
-
 async def test_on_sqlite_statements_go_to_the_driver_and_listeners_still_see_them(
     sqlite_store: Store,
 ):
@@ -155,7 +147,7 @@ async def test_on_sqlite_statements_go_to_the_driver_and_listeners_still_see_the
 async def test_a_write_transaction_holds_the_lock_from_its_first_statement_to_commit(
     sqlite_store: Store, tmp_path: Path
 ):
-    other = sqlite3.connect(tmp_path / "direct.db", timeout=0, isolation_level=None)
+    other = sqlite3.connect(tmp_path / "sqlite.db", timeout=0, isolation_level=None)
 
     def other_writes() -> bool:
         try:
@@ -183,7 +175,7 @@ async def test_a_write_transaction_holds_the_lock_from_its_first_statement_to_co
 async def test_a_database_locked_at_the_first_statement_fails_cleanly(
     sqlite_store: Store, tmp_path: Path
 ):
-    other = sqlite3.connect(tmp_path / "direct.db", isolation_level=None)
+    other = sqlite3.connect(tmp_path / "sqlite.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     with pytest.raises(OperationalError, match="locked"):
         async with sqlite_store.write() as session:
@@ -250,7 +242,7 @@ async def test_queued_statements_never_run_outside_their_transaction(
 ):
     """The BEGIN queued with them fails (another process holds the lock): the
     statements queued after it do not run in autocommit."""
-    other = sqlite3.connect(tmp_path / "direct.db", isolation_level=None)
+    other = sqlite3.connect(tmp_path / "sqlite.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     with pytest.raises(OperationalError, match="locked"):
         async with sqlite_store.write() as session:
@@ -271,7 +263,7 @@ async def test_a_write_cancelled_while_its_statement_runs_leaves_no_transaction_
     thread (here: waiting for the write lock, which then comes free): the
     statement still runs there, and the rollback that follows must reach it,
     or the pooled connection would keep an open transaction and the lock."""
-    other = sqlite3.connect(tmp_path / "direct.db", isolation_level=None)
+    other = sqlite3.connect(tmp_path / "sqlite.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
 
     async def write() -> None:

@@ -20,11 +20,8 @@ from bot.store.rows import insert_returning_ids, insert_rows
 
 
 @pytest.fixture
-async def store(tmp_path: Path):  # type: ignore[no-untyped-def]
-    store = Store(f"sqlite+aiosqlite:///{tmp_path / 'driver.db'}", busy_timeout_ms=200)
-    await store.upgrade()
-    yield store
-    await store.dispose()
+def store(sqlite_store: Store) -> Store:
+    return sqlite_store
 
 
 async def test_the_engine_uses_the_driver(store: Store):
@@ -65,7 +62,7 @@ async def test_a_failed_transaction_leaves_nothing_and_the_connection_works(stor
 async def test_a_lock_held_by_another_process_fails_the_write_cleanly(
     store: Store, tmp_path: Path
 ):
-    other = sqlite3.connect(tmp_path / "driver.db", isolation_level=None)
+    other = sqlite3.connect(tmp_path / "sqlite.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(OperationalError, match="locked"):
