@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Literal
 
 from bot.store.models import TraceSpan
+from bot.store.rows import NewRow, new_row
 from bot.types import Usage, utcnow
 
 SpanKind = Literal["llm", "tool", "compaction", "memory_flush"]
@@ -48,9 +49,10 @@ class Timer:
         return round((time.perf_counter() - self._t0) * 1000)
 
 
-def span_rows(run_id: str, spans: Iterable[Span]) -> list[TraceSpan]:
+def span_rows(run_id: str, spans: Iterable[Span]) -> list[NewRow]:
     return [
-        TraceSpan(
+        new_row(
+            TraceSpan,
             run_id=run_id,
             kind=s.kind,
             name=s.name[:128],

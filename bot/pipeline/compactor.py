@@ -33,6 +33,7 @@ from bot.ports import ToolContext
 from bot.store import Store
 from bot.store.leases import Leases
 from bot.store.models import ConversationSummary
+from bot.store.rows import insert_rows
 
 log = logging.getLogger("switchboard.compaction")
 
@@ -189,8 +190,9 @@ class Compactor:
                     error=result.error,
                 )
             )
-            session.add_all(span_rows(run_id, result.spans))
-            session.add_all(
+            await insert_rows(session, span_rows(run_id, result.spans))
+            await insert_rows(
+                session,
                 token_logs(
                     [s for s in result.spans if s.kind != "tool"],
                     run_id=run_id,
@@ -199,7 +201,7 @@ class Compactor:
                     platform=conversation.platform,
                     purpose="compaction",
                     prices=self._settings.llm.prices,
-                )
+                ),
             )
             if tokens:
                 await self._budgets.charge(session, user.id, user.role, tokens)

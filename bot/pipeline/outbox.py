@@ -22,7 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import OutboxItem
-from bot.store.rows import execute, insert_returning_ids
+from bot.store.rows import execute, insert_returning_ids, new_row
 from bot.types import Button, Reply, Target, utcnow
 
 log = logging.getLogger("switchboard.outbox")
@@ -70,7 +70,8 @@ class Outbox:
         """Store `replies` in the caller's transaction, leased to this instance."""
         now = utcnow()
         rows = [
-            OutboxItem(
+            new_row(
+                OutboxItem,
                 inbox_id=inbox_id,
                 run_id=run_id,
                 platform=r.target.platform,

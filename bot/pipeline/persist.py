@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import SQLModel
 
 from bot.accounts.budgets import Budgets, Hold
 from bot.config import Price
@@ -30,6 +31,7 @@ from bot.pipeline.outbox import Outbox
 from bot.pipeline.turns import LeaseLost, TurnRecord, TurnRows, TurnSaved, turn_rows, write_turn
 from bot.store import Store
 from bot.store.models import Message, Run, TokenLog, TraceSpan
+from bot.store.rows import NewRow, as_new_row
 from bot.types import Role
 
 log = logging.getLogger("switchboard.spool")
@@ -73,11 +75,11 @@ class Spool:
                     async with store.write() as session:
                         await write_turn(session, rows, budgets)
                     written += 1
-                    log.info("spool.replayed run=%s", rows.run.id)
+                    log.info("spool.replayed run=%s", rows.run["id"])
                 except IntegrityError:
-                    log.info("spool.already_stored run=%s", rows.run.id)
+                    log.info("spool.already_stored run=%s", rows.run["id"])
                 except Exception as exc:
-                    log.warning("spool.replay_failed run=%s: %s", rows.run.id, exc)
+                    log.warning("spool.replay_failed run=%s: %s", rows.run["id"], exc)
                     kept.append(line)
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(f"{ln}\n" for ln in kept))
@@ -88,10 +90,10 @@ class Spool:
 
 def _dump(rows: TurnRows) -> dict[str, Any]:
     return {
-        "run": rows.run.model_dump(mode="json"),
-        "messages": [m.model_dump(mode="json", exclude={"id"}) for m in rows.messages],
-        "spans": [s.model_dump(mode="json", exclude={"id"}) for s in rows.spans],
-        "tokens": [t.model_dump(mode="json", exclude={"id"}) for t in rows.tokens],
+        "run": Run.model_validate(dict(rows.run)).model_dump(mode="json"),
+        "messages": [_json(Message, m) for m in rows.messages],
+        "spans": [_json(TraceSpan, s) for s in rows.spans],
+        "tokens": [_json(TokenLog, t) for t in rows.tokens],
         "user_id": rows.user_id,
         "role": rows.role.value,
         "platform": rows.platform,
@@ -102,15 +104,20 @@ def _dump(rows: TurnRows) -> dict[str, Any]:
     }
 
 
+def _json(model: type[SQLModel], row: NewRow) -> dict[str, Any]:
+    """A row as the spool stores it: the model's JSON, without its database id."""
+    return model.model_validate(dict(row)).model_dump(mode="json", exclude={"id"})
+
+
 def _load(data: dict[str, Any]) -> TurnRows:
     role = Role(data["role"])
     user_id = int(data["user_id"])
     return TurnRows(
-        run=Run.model_validate(data["run"]),
-        messages=[Message.model_validate(m) for m in data["messages"]],
+        run=as_new_row(Run.model_validate(data["run"])),
+        messages=[as_new_row(Message.model_validate(m)) for m in data["messages"]],
         files=[],
-        spans=[TraceSpan.model_validate(s) for s in data["spans"]],
-        tokens=[TokenLog.model_validate(t) for t in data["tokens"]],
+        spans=[as_new_row(TraceSpan.model_validate(s)) for s in data["spans"]],
+        tokens=[as_new_row(TokenLog.model_validate(t)) for t in data["tokens"]],
         user_id=user_id,
         role=role,
         platform=data["platform"],

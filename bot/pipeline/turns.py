@@ -30,8 +30,8 @@ from bot.llm.pricing import estimate_cost
 from bot.llm.types import ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from bot.pipeline.intake import OPEN_STATES
 from bot.pipeline.outbox import Outbox, Outgoing
-from bot.store.models import InboxItem, Message, Run, StoredFile, TokenLog, TraceSpan
-from bot.store.rows import execute, insert_rows
+from bot.store.models import InboxItem, Message, Run, StoredFile, TokenLog
+from bot.store.rows import NewRow, execute, insert_rows, new_row
 from bot.types import IncomingMessage, Reply, Role, utcnow
 
 STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"
@@ -93,11 +93,11 @@ class TurnRows:
     """Everything one turn writes, as rows and statements' inputs: what
     `record_turn` commits, and what the spool keeps when it cannot."""
 
-    run: Run
-    messages: list[Message]
-    files: list[StoredFile]
-    spans: list[TraceSpan]
-    tokens: list[TokenLog]
+    run: NewRow
+    messages: list[NewRow]
+    files: list[NewRow]
+    spans: list[NewRow]
+    tokens: list[NewRow]
     user_id: int
     role: Role
     platform: str
@@ -111,7 +111,8 @@ class TurnRows:
 def turn_rows(turn: TurnRecord, prices: Mapping[str, Price]) -> TurnRows:
     state, first = turn.state, turn.first
     conversation_id = turn.conversation.id
-    run = Run(
+    run = new_row(
+        Run,
         id=turn.run_id,
         conversation_id=conversation_id,
         user_id=turn.user.id,
@@ -192,7 +193,7 @@ async def write_turn(
             charge = await budgets.charge(session, rows.user_id, rows.role, tokens) or charge
     outgoing: list[Outgoing] = []
     if outbox is not None and replies and finished:
-        outgoing = await outbox.add(session, replies, run_id=rows.run.id)
+        outgoing = await outbox.add(session, replies, run_id=rows.run["id"])
     return TurnSaved(charge, len(messages), outgoing)
 
 
@@ -207,12 +208,12 @@ async def _finish_inbox(session: AsyncSession, rows: TurnRows) -> bool:
         "f_owner": rows.lease_owner,
         "f_state": rows.inbox_state,
         "f_now": utcnow(),
-        "f_run": rows.run.id,
+        "f_run": rows.run["id"],
         "f_error": rows.error[:2000] if rows.error else None,
     }
     done = int((await execute(session, _FINISH_INBOX, params)).rowcount or 0)
     if rows.lease_owner is not None and done < len(keys):
-        raise LeaseLost(f"run {rows.run.id}: a message of this run was taken over")
+        raise LeaseLost(f"run {rows.run['id']}: a message of this run was taken over")
     return done > 0
 
 
@@ -246,11 +247,12 @@ def token_logs(
     platform: str,
     purpose: str,
     prices: Mapping[str, Price],
-) -> list[TokenLog]:
+) -> list[NewRow]:
     """One token log per span that used tokens; LLM calls get `purpose`, internal
     calls (compaction, memory flush) their own kind."""
     return [
-        TokenLog(
+        new_row(
+            TokenLog,
             run_id=run_id,
             user_id=user_id,
             conversation_id=conversation_id,
@@ -268,7 +270,7 @@ def token_logs(
     ]
 
 
-def _message_rows(turn: TurnRecord) -> list[Message]:
+def _message_rows(turn: TurnRecord) -> list[NewRow]:
     """Rows in the order the model saw them; the final assistant message is
     replaced by the sanitized reply."""
     state, conversation_id = turn.state, turn.conversation.id
@@ -286,7 +288,7 @@ def _message_rows(turn: TurnRecord) -> list[Message]:
         and not any(isinstance(b, ToolUseBlock) for b in last.content)
     ):
         steps = steps[:-1]
-    rows: list[Message] = []
+    rows: list[NewRow] = []
     for index, message in steps:
         if message.role == "user":
             kept = tuple(b for b in message.content if id(b) not in input_blocks)
@@ -298,7 +300,8 @@ def _message_rows(turn: TurnRecord) -> list[Message]:
         rows += [_input_row(item, turn) for item in inputs[at]]
     if turn.reply_text is not None:
         rows.append(
-            Message(
+            new_row(
+                Message,
                 conversation_id=conversation_id,
                 run_id=turn.run_id,
                 role="assistant",
@@ -308,7 +311,8 @@ def _message_rows(turn: TurnRecord) -> list[Message]:
         )
     elif turn.status in ("cancelled", "timeout"):  # so the next run knows
         rows.append(
-            Message(
+            new_row(
+                Message,
                 conversation_id=conversation_id,
                 run_id=turn.run_id,
                 role="assistant",
@@ -319,11 +323,12 @@ def _message_rows(turn: TurnRecord) -> list[Message]:
     return rows
 
 
-def _input_row(item: RunInput, turn: TurnRecord) -> Message:
+def _input_row(item: RunInput, turn: TurnRecord) -> NewRow:
     msg = item.origin
     assert isinstance(msg, IncomingMessage)
     received: datetime = msg.received_at
-    return Message(
+    return new_row(
+        Message,
         conversation_id=turn.conversation.id,
         run_id=turn.run_id,
         role="user",
@@ -335,12 +340,13 @@ def _input_row(item: RunInput, turn: TurnRecord) -> Message:
     )
 
 
-def _rows_for(message: ChatMessage, conversation_id: int, run_id: str) -> list[Message]:
-    rows: list[Message] = []
+def _rows_for(message: ChatMessage, conversation_id: int, run_id: str) -> list[NewRow]:
+    rows: list[NewRow] = []
     for block in message.content:
         if isinstance(block, TextBlock) and block.text.strip():
             rows.append(
-                Message(
+                new_row(
+                    Message,
                     conversation_id=conversation_id,
                     run_id=run_id,
                     role="assistant" if message.role == "assistant" else "user",
@@ -349,7 +355,8 @@ def _rows_for(message: ChatMessage, conversation_id: int, run_id: str) -> list[M
             )
         elif isinstance(block, ToolUseBlock):
             rows.append(
-                Message(
+                new_row(
+                    Message,
                     conversation_id=conversation_id,
                     run_id=run_id,
                     role="tool_call",
@@ -360,7 +367,8 @@ def _rows_for(message: ChatMessage, conversation_id: int, run_id: str) -> list[M
             )
         elif isinstance(block, ToolResultBlock):
             rows.append(
-                Message(
+                new_row(
+                    Message,
                     conversation_id=conversation_id,
                     run_id=run_id,
                     role="tool_result",
@@ -372,9 +380,10 @@ def _rows_for(message: ChatMessage, conversation_id: int, run_id: str) -> list[M
     return rows
 
 
-def _files(msg: IncomingMessage, conversation_id: int, run_id: str) -> list[StoredFile]:
+def _files(msg: IncomingMessage, conversation_id: int, run_id: str) -> list[NewRow]:
     return [
-        StoredFile(
+        new_row(
+            StoredFile,
             conversation_id=conversation_id,
             run_id=run_id,
             platform=msg.platform,

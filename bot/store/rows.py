@@ -1,7 +1,9 @@
 """Writing model rows with SQLAlchemy Core instead of the ORM unit of work.
 
-The hot path builds `SQLModel` rows (so the spool, tests and the rest of the
-code keep one shape) and writes them with one Core INSERT per table: an
+The hot path builds its new rows with `new_row` (the column values a model's
+constructor would set, without the object: SQLModel's constructor and
+SQLAlchemy's instrumentation cost several times more than the INSERT itself)
+or as `SQLModel` objects, and writes them with one Core INSERT per table: an
 executemany for several rows, no identity map, no flush. The columns written
 are exactly the ones the ORM would have written (every field's value as set,
 a primary key left out while it is None).
@@ -15,9 +17,10 @@ session."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic_core import PydanticUndefined
 from sqlalchemy import Executable, Table, insert
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -57,26 +60,93 @@ def values_of(row: SQLModel) -> dict[str, Any]:
     return values
 
 
-async def insert_rows(
-    session: AsyncSession, rows: Sequence[SQLModel], *, wait: bool = True
-) -> None:
-    """Insert rows of one model in the caller's transaction, in order, with one
-    statement (an executemany when there are several); `wait` as for
-    `execute`."""
+class NewRow(dict[str, Any]):
+    """A new row's column values (see `new_row`), with its table."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: Table, values: dict[str, Any]) -> None:
+        super().__init__(values)
+        self.table = table
+
+
+_Default = tuple[str, bool, Any, "Callable[[], Any] | None"]
+"""A column: its key, whether it is the primary key, its default value, its
+default factory."""
+_TEMPLATES: dict[type[SQLModel], tuple[Table, list[_Default]]] = {}
+
+
+def new_row(kind: type[SQLModel], /, **values: Any) -> NewRow:
+    """The row `kind(**values)` would insert, as column values: every column
+    given or set to its field's default (a default factory is called), the
+    primary key left out while it is None. Like the table model's constructor,
+    nothing is validated; a required field left out raises TypeError."""
+    template = _TEMPLATES.get(kind)
+    if template is None:
+        template = _TEMPLATES[kind] = _template(kind)
+    table, columns = template
+    row: dict[str, Any] = {}
+    given = 0
+    for key, primary, default, factory in columns:
+        if key in values:
+            value = values[key]
+            given += 1
+        elif factory is not None:
+            value = factory()
+        elif default is PydanticUndefined:
+            raise TypeError(f"{kind.__name__}: missing value for {key!r}")
+        else:
+            value = default
+        if value is None and primary:
+            continue
+        row[key] = value
+    if given != len(values):
+        unknown = sorted(set(values) - {c[0] for c in columns})
+        raise TypeError(f"{kind.__name__}: no column {', '.join(unknown)}")
+    return NewRow(table, row)
+
+
+def _template(model: type[SQLModel]) -> tuple[Table, list[_Default]]:
+    table: Table = model.__table__  # type: ignore[attr-defined]
+    fields = model.model_fields
+    columns: list[_Default] = []
+    for column in table.columns:
+        info = fields[column.key]
+        columns.append((column.key, column.primary_key, info.default, info.default_factory))  # type: ignore[arg-type]
+    return table, columns
+
+
+def as_new_row(row: SQLModel) -> NewRow:
+    return NewRow(row.__table__, values_of(row))  # type: ignore[attr-defined]
+
+
+Rows = Sequence[SQLModel] | Sequence[NewRow]
+
+
+def _values(rows: Rows) -> tuple[Table, list[dict[str, Any]]]:
+    first = rows[0]
+    if isinstance(first, NewRow):
+        return first.table, list(rows)  # type: ignore[arg-type]
+    table: Table = first.__table__  # type: ignore[attr-defined]
+    return table, [values_of(row) for row in rows]  # type: ignore[arg-type]
+
+
+async def insert_rows(session: AsyncSession, rows: Rows, *, wait: bool = True) -> None:
+    """Insert rows of one model (objects, or `new_row`s) in the caller's
+    transaction, in order, with one statement (an executemany when there are
+    several); `wait` as for `execute`."""
     if not rows:
         return
-    table: Table = rows[0].__table__  # type: ignore[attr-defined]
-    values = [values_of(row) for row in rows]
+    table, values = _values(rows)
     await execute(session, _insert(table), values[0] if len(values) == 1 else values, wait=wait)
 
 
-async def insert_returning_ids(session: AsyncSession, rows: Sequence[SQLModel]) -> list[int]:
+async def insert_returning_ids(session: AsyncSession, rows: Rows) -> list[int]:
     """Insert rows of one model (primary keys unset) and return their new ids,
     in the rows' order, with one statement."""
     if not rows:
         return []
-    table: Table = rows[0].__table__  # type: ignore[attr-defined]
-    values = [values_of(row) for row in rows]
+    table, values = _values(rows)
     if len(values) == 1:
         one = await execute(session, _insert(table, returning=True), values[0])
         return [int(one.one()[0])]
