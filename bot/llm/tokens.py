@@ -43,7 +43,22 @@ def block_tokens(block: Block) -> int:
 
 
 def message_tokens(message: ChatMessage) -> int:
-    return _MESSAGE_OVERHEAD // CHARS_PER_TOKEN + sum(block_tokens(b) for b in message.content)
+    # A run estimates the same (immutable) messages several times (history
+    # pruning, each call's fit, the meter): remember the last few thousand,
+    # keyed by identity and kept alive while remembered, so an id is never
+    # reused; not those with images (their bytes would be kept alive too).
+    known = _MESSAGE_TOKENS.get(id(message))
+    if known is not None and known[0] is message:
+        return known[1]
+    tokens = _MESSAGE_OVERHEAD // CHARS_PER_TOKEN + sum(block_tokens(b) for b in message.content)
+    if not any(isinstance(b, ImageBlock) for b in message.content):
+        if len(_MESSAGE_TOKENS) >= 4096:
+            _MESSAGE_TOKENS.clear()
+        _MESSAGE_TOKENS[id(message)] = (message, tokens)
+    return tokens
+
+
+_MESSAGE_TOKENS: dict[int, tuple[ChatMessage, int]] = {}
 
 
 def messages_tokens(messages: Iterable[ChatMessage]) -> int:
