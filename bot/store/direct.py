@@ -55,6 +55,8 @@ class Plan:
     """result processors per column; None: the statement returns no rows"""
     row: Any
     """the row type: a named tuple of the result columns' keys"""
+    expanding: tuple[str, ...] = ()
+    """the caller's keys given as IN-lists (the SQL has one parameter per item)"""
 
     def arguments(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         out = []
@@ -115,7 +117,10 @@ def _returns_rows(statement: Executable) -> bool:
 
 
 MAX_PLANS = 512
-_PLANS: dict[tuple[int, str, tuple[str, ...], tuple[int, ...]], Plan] = {}
+_Family = tuple[Executable, tuple[str, ...], dict[tuple[int, ...], Plan]]
+_PLANS: dict[tuple[int, str, tuple[str, ...]], _Family] = {}
+"""Per statement, dialect and parameter keys (in the caller's order): the
+statement, its expanding (IN-list) keys and a plan per list lengths."""
 
 
 def driver_of(
@@ -175,15 +180,22 @@ async def run(
 
 
 def _plan(statement: Executable, dialect: Dialect, params: Mapping[str, Any]) -> Plan:
-    keys = tuple(sorted(params))
-    lengths = tuple(len(params[key]) for key in keys if isinstance(params[key], (list, tuple)))
-    cache_key = (id(statement), dialect.name, keys, lengths)
-    plan = _PLANS.get(cache_key)
-    if plan is None or plan.statement is not statement:
-        plan = _compile(statement, dialect, params)
+    form = (id(statement), dialect.name, tuple(params))
+    family = _PLANS.get(form)
+    if family is not None and family[0] is statement:
+        expanding, plans = family[1], family[2]
+        plan = plans.get(tuple(len(params[key]) for key in expanding) if expanding else ())
+        if plan is not None:
+            return plan
+    plan = _compile(statement, dialect, params)
+    if family is None or family[0] is not statement:
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()  # statements are module constants; this only guards misuse
-        _PLANS[cache_key] = plan
+        family = _PLANS[form] = (statement, plan.expanding, {})
+    plans = family[2]
+    if len(plans) >= MAX_PLANS:
+        plans.clear()
+    plans[tuple(len(params[key]) for key in plan.expanding)] = plan
     return plan
 
 
@@ -227,4 +239,5 @@ def _compile(statement: Executable, dialect: Dialect, params: Mapping[str, Any])
         binds=tuple(binds),
         columns=processors,
         row=namedtuple("Row", names, rename=True),
+        expanding=tuple(key for key in state.parameter_expansion if key in params),
     )

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic_core import PydanticUndefined
 from sqlalchemy import Executable, Table, insert
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -41,11 +42,28 @@ async def execute(
     SQLite it is queued and None returned at once (no round trip); if it
     fails, the transaction's next statement or its commit raises the error,
     so the transaction never commits without it."""
-    connection = await session.connection()
+    connection = await _connection(session)
     driver = direct.driver_of(connection, statement, params)
     if driver is not None:
         return await direct.run(connection, driver, statement, params, wait=wait)
     return await connection.execute(statement, params)
+
+
+async def _connection(session: AsyncSession) -> AsyncConnection:
+    """The session's connection in its current transaction, asked of the
+    session once per transaction (each ask costs a greenlet round)."""
+    transaction = session.sync_session.get_transaction()
+    info = session.sync_session.info
+    known = info.get(_CONNECTION)
+    active = transaction is not None and transaction.is_active
+    if active and known is not None and known[0] is transaction:
+        return known[1]  # type: ignore[no-any-return]
+    connection = await session.connection()
+    info[_CONNECTION] = (session.sync_session.get_transaction(), connection)
+    return connection
+
+
+_CONNECTION = "switchboard.rows.connection"
 
 
 def values_of(row: SQLModel) -> dict[str, Any]:
