@@ -291,6 +291,10 @@ def repair(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     fixed: list[ChatMessage] = []
     pending: list[ToolUseBlock] = []  # tool_uses of the last assistant message
     for message in messages:
+        if not pending and not any(isinstance(b, _TOOL_BLOCKS) for b in message.content):
+            if message.content:  # nothing to repair in it (most messages)
+                _append(fixed, message)
+            continue
         if message.role == "assistant":
             if pending:  # previous tool_uses never got results
                 fixed.append(_synthesized_results(pending))
@@ -330,6 +334,9 @@ def repair(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
         while fixed and fixed[0].role != "user":
             fixed.pop(0)
     return fixed
+
+
+_TOOL_BLOCKS = (ToolUseBlock, ToolResultBlock)
 
 
 def _synthesized_results(calls: Sequence[ToolUseBlock]) -> ChatMessage:
