@@ -200,20 +200,39 @@ def _ensure_sqlite_dir(database: str | None) -> None:
 
 @asynccontextmanager
 async def _session(maker: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
-    """A session in a transaction, committed on exit and closed. After a commit
-    the close is awaited here: it has no I/O left (the connection goes back to
-    the pool with nothing to roll back), so it needs none of the task and
-    shield that `async with AsyncSession` spends on every close (four per
-    message). After an error, SQLAlchemy's own shielded close runs, which
-    cancellation cannot interrupt while it rolls back."""
+    """A session in a transaction, committed on exit and closed.
+
+    Beginning does no I/O (the connection is taken at the first statement), and
+    neither does closing after a commit (the connection went back to the pool
+    with it): both are called directly, not through the greenlet that
+    AsyncSession's own methods spend on each, nor the task and shield of its
+    close. After an error (in the body or the commit) the transaction is
+    rolled back and the session closed by SQLAlchemy's own shielded close,
+    which cancellation cannot interrupt (`_abandon`)."""
     session = maker()
+    sync = session.sync_session
+    sync.begin()
     try:
-        async with session.begin():
-            yield session
+        yield session
+        await session.commit()
     except BaseException:
-        await session.__aexit__(None, None, None)
+        await _abandon(session)
         raise
-    await session.close()
+    if sync.in_transaction():  # begun again after the commit (not on our paths)
+        await session.close()
+    else:
+        sync.close()
+
+
+async def _abandon(session: AsyncSession) -> None:
+    """After an error in a transaction or its commit, what `session.begin()` and
+    `async with session` would do: roll back (the driver's transaction may be
+    open: closing alone does not end it after a failed commit), then close,
+    shielded."""
+    try:
+        await session.rollback()
+    finally:
+        await session.__aexit__(None, None, None)
 
 
 SQLITE_FILE_MODE = 0o600
