@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, exists, func, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -26,9 +26,9 @@ from bot.types import IncomingMessage, conversation_key
 CACHE_LIMIT = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryRow:
-    """The fields of a stored message that matter for the LLM."""
+class HistoryRow(NamedTuple):
+    """The fields of a stored message that matter for the LLM (a named tuple:
+    a conversation's state makes dozens per message)."""
 
     role: str
     text: str

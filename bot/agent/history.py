@@ -120,15 +120,15 @@ def seen_by(rows: Sequence[HistoryRow], viewer: Viewer) -> list[HistoryRow]:
         name = row.tool_name or names.get(row.tool_use_id or "", "")
         if row.role == "user" and other and row.text:
             withhold = screen(viewer.guard, row.text, "history", viewer.where, str(viewer.user_id))
-            row = replace(row, text=WITHHELD_MESSAGE if withhold else mark(row.text, "history"))
+            row = row._replace(text=WITHHELD_MESSAGE if withhold else mark(row.text, "history"))
         elif row.role == "tool_call" and other and name in viewer.private_tools:
-            row = replace(row, data={})
+            row = row._replace(data={})
         elif row.role == "tool_result" and other and name in viewer.private_tools:
-            row = replace(row, text=withheld_private(name), is_error=False)
+            row = row._replace(text=withheld_private(name), is_error=False)
         elif row.role == "tool_result" and screen(
             viewer.guard, unwrap(row.text), "tool_result", viewer.where, str(viewer.user_id)
         ):
-            row = replace(row, text=WITHHELD_TOOL_RESULT)
+            row = row._replace(text=WITHHELD_TOOL_RESULT)
         seen.append(row)
     return seen
 

@@ -239,13 +239,27 @@ def sections(ctx: PromptContext) -> list[tuple[str, str]]:
 
 def build_system(ctx: PromptContext) -> SystemPrompt:
     chosen = FULL if ctx.mode == "full" else MINIMAL
-
-    def texts(kind: Callable[[Section], bool]) -> list[str]:
-        return [text for s in chosen if kind(s) if (text := s(ctx))]
-
-    shared = texts(lambda s: s not in CONVERSATION and s not in VOLATILE)
-    local = texts(lambda s: s in CONVERSATION)
-    volatile = texts(lambda s: s in VOLATILE)
+    shared = _shared_block(ctx, chosen)
+    local = [text for s in chosen if s in CONVERSATION if (text := s(ctx))]
+    volatile = [text for s in chosen if s in VOLATILE if (text := s(ctx))]
     tail = f"<turn_context>\n{chr(10).join(volatile)}\n</turn_context>" if volatile else ""
-    blocks = (SystemBlock("\n\n".join(shared), cache=True), SystemBlock("\n\n".join(local)))
-    return SystemPrompt(blocks, tail)
+    return SystemPrompt((shared, SystemBlock("\n\n".join(local))), tail)
+
+
+def _shared_block(ctx: PromptContext, chosen: tuple[Section, ...]) -> SystemBlock:
+    """The persona sections' block, built once per persona, mode and tool set
+    (all they read; see the module docstring): every message of a persona
+    sends the same one."""
+    names = frozenset(tool.name for tool in ctx.tools)
+    key = (chosen, ctx.persona_name, ctx.persona_prompt, bool(names), bool(MEMORY_TOOLS & names))
+    block = _SHARED.get(key)
+    if block is None:
+        persona = [s for s in chosen if s not in CONVERSATION and s not in VOLATILE]
+        block = SystemBlock("\n\n".join(t for s in persona if (t := s(ctx))), cache=True)
+        if len(_SHARED) >= 256:
+            _SHARED.clear()
+        _SHARED[key] = block
+    return block
+
+
+_SHARED: dict[tuple[object, ...], SystemBlock] = {}

@@ -15,21 +15,21 @@ from bot.types import Attachment, IncomingMessage
 
 _SKIP = frozenset({"raw"})
 _VERSION = 1
+_STORED = tuple(f.name for f in fields(IncomingMessage) if f.name not in _SKIP)
+"""The fields stored, in order (every message is encoded once, at intake)."""
 
 
 def encode(msg: IncomingMessage) -> dict[str, Any]:
     data: dict[str, Any] = {"v": _VERSION}
-    for f in fields(IncomingMessage):
-        if f.name in _SKIP:
-            continue
-        value = getattr(msg, f.name)
-        if f.name == "attachments":
+    for name in _STORED:
+        value = getattr(msg, name)
+        if name == "attachments":
             value = [_encode_attachment(a) for a in value]
-        elif f.name == "received_at":
+        elif name == "received_at":
             value = value.isoformat()
         elif isinstance(value, tuple):
             value = list(value)
-        data[f.name] = value
+        data[name] = value
     return data
 
 

@@ -148,3 +148,23 @@ def test_tool_descriptions_are_not_repeated_in_the_prompt():
     text = "".join(b.text for b in built.blocks) + built.volatile
     assert "alpha" not in text and "Frobnicate" not in text and "beta" not in text
     assert "Use your tools" in text
+
+
+def test_the_persona_block_is_built_once_per_persona_mode_and_tools():
+    memory = (ProbeTool("memory_save"), ProbeTool("clock"))
+    variants = [
+        ctx(),
+        ctx(tools=()),
+        ctx(tools=memory),
+        ctx(persona_prompt="You are Ada, now chatty."),  # an edited persona, same name
+        ctx(persona_name="Ada2"),
+        ctx(mode="minimal"),
+    ]
+    built = [build_system(c).blocks[0] for c in variants]
+    assert len({b.text for b in built}) == len(variants)
+    assert "Use your tools" not in built[1].text and "memory_save" in built[2].text
+    assert "now chatty" in built[3].text and "Ada2" in built[4].text
+    # Built again: the same block object; and what a fresh build would say.
+    assert all(build_system(c).blocks[0] is b for c, b in zip(variants, built, strict=True))
+    prompt._SHARED.clear()
+    assert [build_system(c).blocks[0] for c in variants] == built
