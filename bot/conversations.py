@@ -9,8 +9,10 @@ is read fresh with the history, in the same statement batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, exists, func, update
@@ -20,7 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import Conversation, ConversationSummary, Message, Run
-from bot.store.rows import execute, values_of
+from bot.store.rows import execute, new_row
 from bot.types import IncomingMessage, conversation_key
 
 CACHE_LIMIT = 10_000
@@ -168,14 +170,36 @@ class Conversations:
         key = conversation_key(platform, channel_id, thread_id)
         found = self._cache.get(key)
         if found is None:  # not seen here yet: created, or the row as stored
-            found = await self._create(key, platform, channel_id, thread_id, server_id)
-        if len(self._cache) >= CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[key] = found
+            async with self._store.write() as session:
+                found = await self._upsert(session, key, platform, channel_id, thread_id, server_id)
+        self._remember(found)
         return found
 
-    async def _create(
+    async def resolve_in(self, session: AsyncSession, msg: IncomingMessage) -> Callable[[], None]:
+        """`resolve(msg)`'s write in the caller's transaction (a new user's
+        account: one transaction for both). Returns what to call once that
+        transaction has committed; `resolve` then needs no database."""
+        key = msg.conversation_key
+        found = self._cache.get(key)
+        if found is None:
+            found = await self._upsert(
+                session,
+                key,
+                msg.platform,
+                msg.platform_channel_id,
+                msg.platform_thread_id,
+                msg.platform_server_id,
+            )
+        return partial(self._remember, found)
+
+    def _remember(self, found: ConversationRecord) -> None:
+        if len(self._cache) >= CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[found.key] = found
+
+    async def _upsert(
         self,
+        session: AsyncSession,
         key: str,
         platform: str,
         channel_id: str,
@@ -185,15 +209,15 @@ class Conversations:
         """One statement: INSERT … ON CONFLICT (key) DO UPDATE (a no-op) …
         RETURNING, so a conversation created concurrently is returned as stored
         (no error, no second query)."""
-        row = Conversation(
+        row = new_row(
+            Conversation,
             key=key,
             platform=platform,
             channel_id=channel_id,
             thread_id=thread_id or "",
             server_id=server_id,
         )
-        async with self._store.write() as session:
-            stored = (await execute(session, _UPSERT[self._store.dialect], values_of(row))).one()
+        stored = (await execute(session, _UPSERT[self._store.dialect], row)).one()
         return ConversationRecord(
             stored[0], stored[1], stored[2], stored[3], stored[4] or None, stored[5]
         )

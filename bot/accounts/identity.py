@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, exists, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import Budget, PlatformLink, User
@@ -42,6 +43,11 @@ class UserRecord:
         return f"{self.platform}:{self.platform_user_id}"
 
 
+Also = Callable[[AsyncSession], Awaitable[Callable[[], None]]]
+"""Work for the transaction that creates an account (given its session): it
+writes, and returns what to call once that transaction has committed."""
+
+
 def current_period() -> str:
     return utcnow().strftime("%Y-%m")
 
@@ -65,12 +71,13 @@ class Identity:
         for key in [k for k, (_, rec, _) in self._cache.items() if rec.id == user_id]:
             del self._cache[key]
 
-    async def resolve(self, msg: IncomingMessage) -> UserRecord:
+    async def resolve(self, msg: IncomingMessage, *, also: Also | None = None) -> UserRecord:
         return await self.resolve_account(
             msg.platform,
             msg.platform_user_id,
             display_name=msg.user_display_name,
             username=msg.user_username,
+            also=also,
         )
 
     def known(self, msg: IncomingMessage) -> UserRecord | None:
@@ -104,12 +111,14 @@ class Identity:
         *,
         display_name: str | None = None,
         username: str | None = None,
+        also: Also | None = None,
     ) -> UserRecord:
-        """The user behind a platform account, created as a guest (or owner) if new."""
+        """The user behind a platform account, created as a guest (or owner) if
+        new; `also` runs in the transaction that creates it, if one does."""
         fresh = self._fresh(platform, platform_user_id, display_name, username)
         if fresh is not None:
             return fresh
-        record = await self._load(platform, platform_user_id, display_name, username)
+        record = await self._load(platform, platform_user_id, display_name, username, also)
         if len(self._cache) >= CACHE_LIMIT:
             self._cache.clear()
         self._cache[(platform, platform_user_id)] = (time.monotonic(), record, username)
@@ -121,11 +130,12 @@ class Identity:
         platform_user_id: str,
         display_name: str | None,
         username: str | None,
+        also: Also | None = None,
     ) -> UserRecord:
         found = await self._find(platform, platform_user_id)
         if found is None:
             try:
-                found = await self._create(platform, platform_user_id, display_name, username)
+                found = await self._create(platform, platform_user_id, display_name, username, also)
             except IntegrityError:
                 # Someone created it concurrently (same person, two messages at once).
                 found = await self._find(platform, platform_user_id)
@@ -170,10 +180,11 @@ class Identity:
         platform_user_id: str,
         display_name: str | None,
         username: str | None,
+        also: Also | None = None,
     ) -> tuple[User, PlatformLink]:
-        """The user, its platform link and its budget: one transaction of three
-        Core INSERTs. Raises `IntegrityError` (nothing written) when the link was
-        created concurrently."""
+        """The user, its platform link and its budget (and `also`): one
+        transaction of three Core INSERTs. Raises `IntegrityError` (nothing
+        written) when the link was created concurrently."""
         role = Role.OWNER if f"{platform}:{platform_user_id}" in self._owners else Role.GUEST
         user = User(display_name=display_name, role=role.value)
         async with self._store.write() as session:
@@ -188,6 +199,9 @@ class Identity:
             (link.id,) = await insert_returning_ids(session, [link])
             budget = Budget(user_id=user.id, period=current_period())
             await insert_rows(session, [budget], wait=False)  # the commit raises a failure
+            committed = await also(session) if also is not None else None
+        if committed is not None:
+            committed()
         log.info(
             "user.created id=%s account=%s:%s role=%s", user.id, platform, platform_user_id, role
         )

@@ -201,10 +201,14 @@ class Pipeline:
     async def _process(self, msg: IncomingMessage, deliver: bool) -> Outcome:
         try:
             msg = await self._delivery.fetch_files(msg)
-            user = await self.s.identity.resolve(msg)
-            if msg.source == "user" and self.s.commands.is_command(msg.text):
+            command = msg.source == "user" and self.s.commands.is_command(msg.text)
+            # A new user's account and their conversation: one transaction.
+            conversations, m = self.s.conversations, msg
+            also = None if command else (lambda session: conversations.resolve_in(session, m))
+            user = await self.s.identity.resolve(msg, also=also)
+            if command:
                 return await self._command(msg, user, deliver)
-            conversation = await self.s.conversations.resolve(msg)
+            conversation = await conversations.resolve(msg)
             prepared = await self._prepare(msg, user, conversation, deliver)
             if isinstance(prepared, Outcome):
                 return prepared

@@ -182,6 +182,56 @@ async def test_many_first_messages_of_a_new_user_at_once_create_each_row_once(
     assert len(adapter.sent) >= 1
 
 
+async def test_a_new_users_account_and_conversation_are_one_transaction(make_app, fake_anthropic):
+    app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("hello, I'm new"))).status == "answered"
+    first = next(i for i, s in enumerate(seen) if s.startswith("INSERT INTO users"))
+    room = next(i for i, s in enumerate(seen) if s.startswith("INSERT INTO conversations"))
+    assert first < room
+    assert not [s for s in seen[first:room] if s.startswith(("BEGIN", "COMMIT", "SELECT"))]
+    if app.store.is_sqlite:  # intake, the account, the lease, the turn, the delivery
+        assert sum(s.startswith("BEGIN") for s in seen) == 5
+    # A returning user's new conversation is created on its own, as ever.
+    with statements(app) as seen:
+        other = message("elsewhere", platform_channel_id="other-room")
+        assert (await app.pipeline.handle(other)).status == "answered"
+    assert [s for s in seen if s.startswith("INSERT INTO conversations")]
+    assert not [s for s in seen if s.startswith("INSERT INTO users")]
+
+
+async def test_when_the_conversation_cannot_be_written_the_new_account_is_not_either(
+    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+):
+    app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
+    conversations = app.pipeline.s.conversations
+    real = conversations._upsert
+
+    async def broken(*args: Any) -> Any:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(conversations, "_upsert", broken)
+    outcome = await app.pipeline.handle(message("hello", event_id="e1"))
+    assert outcome.status == "failed"
+    async with app.store.read() as s:
+        assert (await s.exec(select(func.count()).select_from(User))).one() == 0
+        assert (await s.exec(select(func.count()).select_from(Budget))).one() == 0
+    monkeypatch.setattr(conversations, "_upsert", real)
+    again = await app.pipeline.handle(message("hello again", event_id="e2"))
+    assert again.status == "answered"
+    async with app.store.read() as s:
+        assert len((await s.exec(select(User))).all()) == 1
+        assert len((await s.exec(select(Conversation))).all()) == 1
+
+
+async def test_a_new_users_first_command_creates_no_conversation(make_app, fake_anthropic):
+    app, _ = await open_app(make_app)
+    assert (await app.pipeline.handle(message("/help"))).status == "command"
+    async with app.store.read() as s:
+        assert len((await s.exec(select(User))).all()) == 1
+        assert (await s.exec(select(Conversation))).all() == []
+
+
 async def test_a_returning_message_takes_three_write_transactions(make_app, fake_anthropic):
     """Intake with the conversation's lease and what waits for it; the turn with
     its replies in the outbox; how the delivery ended with the lease's release."""
