@@ -18,7 +18,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import Budget, PlatformLink, User
-from bot.store.rows import execute, insert_returning_ids, insert_rows
+from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row
 from bot.types import IncomingMessage, Role, utcnow
 
 log = logging.getLogger("switchboard.identity")
@@ -197,7 +197,7 @@ class Identity:
                 username=username,
             )
             (link.id,) = await insert_returning_ids(session, [link])
-            budget = Budget(user_id=user.id, period=current_period())
+            budget = new_row(Budget, user_id=user.id, period=current_period())
             await insert_rows(session, [budget], wait=False)  # the commit raises a failure
             committed = await also(session) if also is not None else None
         if committed is not None:

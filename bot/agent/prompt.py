@@ -251,7 +251,7 @@ def _shared_block(ctx: PromptContext, chosen: tuple[Section, ...]) -> SystemBloc
     (all they read; see the module docstring): every message of a persona
     sends the same one."""
     names = frozenset(tool.name for tool in ctx.tools)
-    key = (chosen, ctx.persona_name, ctx.persona_prompt, bool(names), bool(MEMORY_TOOLS & names))
+    key = (ctx.mode, ctx.persona_name, ctx.persona_prompt, bool(names), bool(MEMORY_TOOLS & names))
     block = _SHARED.get(key)
     if block is None:
         persona = [s for s in chosen if s not in CONVERSATION and s not in VOLATILE]
@@ -262,4 +262,4 @@ def _shared_block(ctx: PromptContext, chosen: tuple[Section, ...]) -> SystemBloc
     return block
 
 
-_SHARED: dict[tuple[object, ...], SystemBlock] = {}
+_SHARED: dict[tuple[str, str, str, bool, bool], SystemBlock] = {}

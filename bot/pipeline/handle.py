@@ -203,8 +203,8 @@ class Pipeline:
             msg = await self._delivery.fetch_files(msg)
             command = msg.source == "user" and self.s.commands.is_command(msg.text)
             # A new user's account and their conversation: one transaction.
-            conversations, m = self.s.conversations, msg
-            also = None if command else (lambda session: conversations.resolve_in(session, m))
+            conversations = self.s.conversations
+            also = None if command else (lambda session: conversations.resolve_in(session, msg))
             user = await self.s.identity.resolve(msg, also=also)
             if command:
                 return await self._command(msg, user, deliver)

@@ -17,6 +17,7 @@ applies): the `sqlalchemy.engine` logger goes to INFO. (SQLAlchemy's own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import stat
@@ -228,9 +229,18 @@ async def _abandon(session: AsyncSession) -> None:
     """After an error in a transaction or its commit, what `session.begin()` and
     `async with session` would do: roll back (the driver's transaction may be
     open: closing alone does not end it after a failed commit), then close,
-    shielded."""
+    shielded. A rollback that fails too is logged, not raised (the caller
+    raises the error that caused it), and the connection, in a state nobody
+    knows, is discarded rather than handed back to the pool."""
     try:
         await session.rollback()
+    except Exception as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else ""
+        log.warning(
+            "store.rollback_failed %s: %s; connection discarded", type(exc).__name__, reason
+        )
+        with contextlib.suppress(Exception):
+            await session.invalidate()
     finally:
         await session.__aexit__(None, None, None)
 

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import bindparam, event, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store, direct
 from bot.store.models import InboxItem
@@ -93,9 +94,7 @@ async def test_returning_rows_are_typed_as_sqlalchemy_types_them(store: Store):
     assert created == CREATED + timedelta(seconds=1)
     # Read back by SQLAlchemy's own path: the values written were the same.
     stored = await core(store, BY_EVENTS, {"t_events": ["e1", "e2", "e3"]})
-    assert [(r[0], r[1], r[2], r[3]) for r in stored] == [
-        (c[0], c[1], c[2], c[4]) for c in claimed
-    ]
+    assert [(r[0], r[1], r[2], r[3]) for r in stored] == [(c[0], c[1], c[2], c[4]) for c in claimed]
 
 
 @pytest.mark.parametrize("events", [["e2"], ["e1", "e3"], ["e3", "e2", "e1", "missing"]])
@@ -282,3 +281,33 @@ async def test_a_write_cancelled_while_its_statement_runs_leaves_no_transaction_
             await insert_rows(session, items(event_id))
     stored = await core(sqlite_store, BY_EVENTS, {"t_events": ["cancelled", "a", "b", "c"]})
     assert [row[0] for row in stored] == ["a", "b", "c"]
+
+
+async def test_when_the_rollback_after_a_failure_fails_too_the_first_error_is_raised(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """A duplicate failing the commit, then a rollback that fails as well (the
+    database went away at that moment): the caller still gets the duplicate
+    (what intake acts on), the failed rollback is logged, and the store works."""
+    async with store.write() as session:
+        await insert_rows(session, items("e1"))
+    real = AsyncSession.rollback
+    failures = []
+
+    async def rollback_fails_once(self: AsyncSession) -> None:
+        if not failures:
+            failures.append(True)
+            raise OperationalError("ROLLBACK", None, sqlite3.OperationalError("disk I/O error"))
+        await real(self)
+
+    monkeypatch.setattr(AsyncSession, "rollback", rollback_fails_once)
+    with pytest.raises(IntegrityError):
+        async with store.write() as session:
+            await insert_rows(session, items("e2"), wait=False)
+            await insert_rows(session, items("e1"), wait=False)  # a duplicate
+    assert failures == [True]
+    assert "store.rollback_failed OperationalError" in caplog.text
+    async with store.write() as session:
+        await insert_rows(session, items("e3"))
+    stored = await core(store, BY_EVENTS, {"t_events": ["e1", "e2", "e3"]})
+    assert [row[0] for row in stored] == ["e1", "e3"]
