@@ -72,6 +72,7 @@ async def test_sigkill_mid_run_loses_nothing_and_doubles_nothing(
         # A slow model: when the service dies, several runs are half done (slow
         # enough that a loaded machine can't finish them between check and kill).
         model.responder = lambda body: text_reply(f"re: {last_user_text(body)}", delay=1.5)
+        model.flight_key = lambda body: "all"  # calls being answered now: runs mid-call
         service = Service(service_env(database, model, slack, port := free_port()), tmp_path, port)
         await service.start()
         async with aiohttp.ClientSession() as http:
@@ -90,11 +91,12 @@ async def test_sigkill_mid_run_loses_nothing_and_doubles_nothing(
                     )
 
             talking = [asyncio.create_task(talk(k)) for k in range(conversations)]
-            # Kill once some replies are out and several runs are mid-call.
+            # Kill once some replies are out and several runs are mid-call: calls
+            # the model has not answered yet (counting requests against replies
+            # seen could be fooled by replies already posted but not yet recorded).
             await wait_for(
                 lambda: (
-                    len(slack.messages) >= conversations // 2
-                    and model.request_count >= len(slack.messages) + 2
+                    len(slack.messages) >= conversations // 2 and model.in_flight.get("all", 0) >= 2
                 ),
                 "replies out and runs in flight",
                 service,
@@ -111,7 +113,9 @@ async def test_sigkill_mid_run_loses_nothing_and_doubles_nothing(
         expected = [f"re: c{k}-m{m}" for m in range(1, per_conversation + 1)]
         assert replies_in(slack, f"D{k}") == expected, service.log_text
     recovered = [line for line in service.logs if "inbox.recovered" in line]
-    assert recovered, "the kill left nothing half done: the test proved nothing"
+    assert recovered, "the kill left nothing half done: the test proved nothing\n" + (
+        service.log_text
+    )
     assert any("recovery.started recovered" in line for line in service.logs)
 
 
