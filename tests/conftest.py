@@ -60,8 +60,8 @@ class Database:
                 await conn.execute(text(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
             await engine.dispose()
 
-    def store(self) -> Store:
-        return Store(self.url, schema=self.schema)
+    def store(self, **options: Any) -> Store:
+        return Store(self.url, schema=self.schema, **options)
 
     def settings_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"url": self.url}

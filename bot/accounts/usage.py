@@ -72,7 +72,7 @@ class UsageBook:
     async def for_user(self, user_id: int, period: str | None = None) -> UserUsage:
         period = period or current_period()
         start = period_start(period)
-        async with self._store.read() as session:
+        async with self._store.read(heavy=True) as session:
             row = (
                 await session.exec(
                     select(
@@ -103,7 +103,7 @@ class UsageBook:
         since = col(TokenLog.created_at) >= start
         tokens = func.coalesce(func.sum(_TOKENS), 0)
         cost = func.coalesce(func.sum(TokenLog.cost_usd), 0.0)
-        async with self._store.read() as session:
+        async with self._store.read(heavy=True) as session:
             users = (
                 await session.exec(
                     select(TokenLog.user_id, tokens, cost)

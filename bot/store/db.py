@@ -56,6 +56,7 @@ class Store:
         pool_size: int = 10,
         max_overflow: int = 20,
         pool_timeout: float = 30.0,
+        sqlite_on_loop: bool = True,
     ) -> None:
         self.url = make_url(url)
         self.dialect = self.url.get_backend_name()
@@ -102,7 +103,8 @@ class Store:
                 pool_pre_ping=True,
             )
         if self.dialect == "sqlite":
-            _tune_sqlite(self.engine, busy_timeout_ms)
+            on_loop = sqlite_on_loop and "async_creator" in pool
+            _tune_sqlite(self.engine, busy_timeout_ms, on_loop)
         # SQLite has one writer at a time. Queue this process's writers on a lock
         # (fair, FIFO) instead of letting them poll busy_timeout against each
         # other, which starves some under load; busy_timeout still covers other
@@ -154,11 +156,17 @@ class Store:
             await conn.execute(text("SELECT 1 FROM inbox LIMIT 1"))
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncSession]:
+    async def read(self, *, heavy: bool = False) -> AsyncIterator[AsyncSession]:
         """A session for reads (on SQLite: autocommit statements, never blocking
-        writers; several statements are not one snapshot)."""
-        async with _session(self._reader) as session:
-            yield session
+        writers; several statements are not one snapshot). `heavy`: reads that
+        may scan much (reports), kept off the event loop's thread on SQLite."""
+        if not heavy:
+            async with _session(self._reader) as session:
+                yield session
+            return
+        with sqlite_driver.off_the_loop():
+            async with _session(self._reader) as session:
+                yield session
 
     async def upgrade(self) -> None:
         """Apply every Alembic migration (idempotent), then check that every table
@@ -279,7 +287,9 @@ def _private_sqlite_file(database: str | None) -> None:
         )
 
 
-def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
+def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int, on_loop: bool) -> None:
+    checkpoints = sqlite_driver.Checkpoints() if on_loop else None
+
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
         # Take transaction control away from the driver: we emit BEGIN ourselves.
@@ -290,8 +300,17 @@ def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
             cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute("PRAGMA foreign_keys = ON")
+            if checkpoints is not None:
+                # Statements run on the event loop's thread from here on: it
+                # never waits for a lock or syncs a checkpoint (`sqlite_driver`).
+                cursor.execute("PRAGMA busy_timeout = 0")
+                cursor.execute("PRAGMA wal_autocheckpoint = 0")
         finally:
             cursor.close()
+        if checkpoints is not None:
+            driver = dbapi_conn.driver_connection
+            driver.patience_ms = int(busy_timeout_ms)
+            driver.checkpoints = checkpoints
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:

@@ -1,4 +1,5 @@
-"""aiosqlite with one worker-thread hop per statement instead of four.
+"""aiosqlite whose statements run on the event loop's thread, or at most one
+worker-thread hop per statement instead of four.
 
 aiosqlite runs every call of a connection on its own thread. Through
 SQLAlchemy a statement costs four of those hand-offs (make a cursor, execute,
@@ -6,14 +7,27 @@ fetch the rows, close the cursor), each a queue put, a thread wake-up and a
 future resolved back on the event loop; on a busy machine the wake-ups, not
 SQLite, are most of a statement's cost. Here a cursor is made and closed on the
 calling thread (no I/O: check_same_thread is off, as SQLAlchemy sets it for a
-file database), and execute fetches the rows in the same hop, so a statement
-is one hand-off, a commit another; a commit or rollback with no transaction
-open (a read in autocommit, the pool's reset) is none. A write transaction's
-BEGIN goes out with its first statement (`begin_with_next`), and a statement
-whose outcome the caller does not need before the commit can be queued
-without any hand-off back (`statement_later`): the worker thread runs a
-connection's calls in order, so its failure is raised by the next call that
-waits, and nothing queued after it runs. Everything else is aiosqlite's.
+file database), and execute fetches the rows in the same call, so a statement
+is one call, a commit another; a commit or rollback with no transaction open
+(a read in autocommit, the pool's reset) is none. A write transaction's BEGIN
+goes out with its first statement (`begin_with_next`), and a statement whose
+outcome the caller does not need before the commit is not waited for
+(`statement_later`): its failure is raised by the next call, and nothing after
+it runs.
+
+Where a call runs (`Connection.patience_ms`): the Store's connections run
+their statements on the calling thread, the event loop's. In WAL mode with
+synchronous=NORMAL a statement or a commit is tens of microseconds of SQLite
+and no fsync, less than one hand-off costs. What could make the loop wait is
+kept off it: SQLite's busy_timeout is 0 there, and a statement that finds the
+database locked (another process writing; this process's writers queue on a
+lock before they begin) runs again on the worker thread, which waits for the
+lock as long as the busy timeout says; the automatic WAL checkpoint (which
+syncs the files) is off, and a PASSIVE one is queued on a worker thread every
+so many commits (`Checkpoints`); reads that may scan much ask for the worker
+(`off_the_loop`). A connection with work queued on its worker thread (after a
+cancelled wait, say) sends its next calls there, in order, until one answers.
+Everything else is aiosqlite's.
 
 `connect` is the `async_creator` of the Store's SQLite engine; the URL's
 parameters are not applied by SQLAlchemy then, so it opens the file itself the
@@ -23,40 +37,29 @@ way the pysqlite dialect would (check_same_thread off, `uri=True` for
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
 import aiosqlite
 from aiosqlite.context import Result
 
+log = logging.getLogger("switchboard.store")
 
-def _execute_and_fetch(
-    owner: Connection, cursor: sqlite3.Cursor, begin: str | None, sql: str, parameters: Any
-) -> list[Any] | None:
-    owner.raise_deferred_failure()
-    if begin:
-        cursor.connection.execute(begin)
+
+def _execute_and_fetch(cursor: sqlite3.Cursor, sql: str, parameters: Any) -> list[Any] | None:
     cursor.execute(sql, parameters)
     return cursor.fetchall() if cursor.description else None
 
 
-def _execute_many(
-    owner: Connection, cursor: sqlite3.Cursor, begin: str | None, sql: str, parameters: Any
-) -> None:
-    owner.raise_deferred_failure()
-    if begin:
-        cursor.connection.execute(begin)
-    cursor.executemany(sql, parameters)
-
-
 def _run_statement(
-    conn: sqlite3.Connection, begin: str | None, sql: str, parameters: Any, many: bool
+    conn: sqlite3.Connection, sql: str, parameters: Any, many: bool
 ) -> tuple[list[Any] | None, int]:
-    if begin:
-        conn.execute(begin)
     cursor = conn.cursor()
     try:
         if many:
@@ -67,6 +70,12 @@ def _run_statement(
         return rows, cursor.rowcount
     finally:
         cursor.close()
+
+
+def _busy(error: sqlite3.Error) -> bool:
+    """SQLite could not take a lock without waiting (SQLITE_BUSY and its
+    extended codes): the statement did nothing, and may be run again."""
+    return getattr(error, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
 
 
 class Cursor(aiosqlite.Cursor):
@@ -87,7 +96,7 @@ class Cursor(aiosqlite.Cursor):
         parameters = [] if parameters is None else parameters
         owner = self._owner
         rows = await owner.hop(
-            _execute_and_fetch, owner, self._cursor, owner.take_begin(), sql, parameters
+            _execute_and_fetch, self._cursor, sql, parameters, begin=owner.take_begin()
         )
         self._rows = deque(rows or ())
         return self
@@ -95,7 +104,9 @@ class Cursor(aiosqlite.Cursor):
     async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> Cursor:
         self._rows.clear()
         owner = self._owner
-        await owner.hop(_execute_many, owner, self._cursor, owner.take_begin(), sql, parameters)
+        if not isinstance(parameters, list | tuple):
+            parameters = list(parameters)  # may be run twice (`Connection.hop`)
+        await owner.hop(self._cursor.executemany, sql, parameters, begin=owner.take_begin())
         return self
 
     async def fetchone(self) -> Any:
@@ -114,20 +125,62 @@ class Cursor(aiosqlite.Cursor):
         self._cursor.close()
 
 
-class Connection(aiosqlite.Connection):
-    """One hop per statement; BEGIN sent with a transaction's first statement;
-    statements whose outcome the caller does not wait for (`statement_later`)
-    queued without a hop back, their failure raised by the next call."""
+class Checkpoints:
+    """When a database's WAL is copied back into it: every `every` commits made
+    on the event loop's thread (where SQLite's own automatic checkpoint, which
+    syncs the files, would stall the loop), on a connection's worker thread."""
 
+    def __init__(self, every: int = 64) -> None:
+        self.every = every
+        self._commits = 0
+
+    def due(self) -> bool:
+        self._commits += 1
+        if self._commits < self.every:
+            return False
+        self._commits = 0
+        return True
+
+
+_off_the_loop: ContextVar[bool] = ContextVar("sqlite_off_the_loop", default=False)
+
+
+@contextmanager
+def off_the_loop() -> Iterator[None]:
+    """Statements in this block run on the connections' worker threads, not the
+    calling thread: for reads that may scan much (reports), which would stall
+    the event loop."""
+    token = _off_the_loop.set(True)
+    try:
+        yield
+    finally:
+        _off_the_loop.reset(token)
+
+
+class Connection(aiosqlite.Connection):
+    """One hop per statement, or none (`patience_ms`); BEGIN sent with a
+    transaction's first statement; statements whose outcome the caller does not
+    wait for (`statement_later`) not waited for, their failure raised by the
+    next call."""
+
+    patience_ms: int | None = None
+    """None: every call runs on the connection's worker thread. A number:
+    calls run on the calling thread (the event loop's: ~20-50 µs of SQLite
+    instead of a hand-off each way) with SQLite's busy_timeout at 0, and one
+    that finds the database locked (another process writing, say) runs again
+    on the worker thread, waiting up to this long for the lock, so the loop
+    never waits on a lock. Set once the connection is set up (`bot.store.db`)."""
+    checkpoints: Checkpoints | None = None
+    """with `patience_ms`: SQLite's automatic checkpoint is off, and these
+    say when this side runs one, on the worker thread"""
     _begin: str | None = None
     """a BEGIN to send with the next statement (`begin_with_next`)"""
     _queued = False
-    """work was queued on the worker thread (`statement_later`, or a call whose
-    wait ended early or failed) since a call last had its answer: the
-    transaction's state is not known on this side"""
+    """work was queued on the worker thread (`statement_later`, a checkpoint,
+    or a call whose wait ended early or failed) and may not have run yet: the
+    next calls go there too, after it, until one has its answer"""
     _failed: tuple[sqlite3.Error, str] | None = None
-    """a queued statement's failure and its SQL (read and written on the
-    worker thread only)"""
+    """a statement's failure that nobody waited for, and its SQL"""
 
     def cursor(self) -> Result[Cursor]:  # type: ignore[override]
         return Result(self._new_cursor())
@@ -135,54 +188,106 @@ class Connection(aiosqlite.Connection):
     async def _new_cursor(self) -> Cursor:
         return Cursor(self, self._conn.cursor())
 
-    async def hop(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args)` on the worker thread, after whatever is queued. Until it
-        has answered, the transaction's state is not known here: when the wait
-        ends early (the task is cancelled while `fn` still runs there) or
-        fails, the next commit or rollback goes to the thread and finds out."""
+    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # Until a call has answered, what the worker thread is doing is not
+        # known here: when the wait ends early (the task is cancelled while
+        # `fn` still runs there) or fails, the next calls go to the thread too.
         self._queued = True
-        result = await self._execute(fn, *args)  # type: ignore[no-untyped-call]
+        result = await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
         self._queued = False
         return result
+
+    def _here(self) -> bool:
+        """Whether the next call may run on the calling thread: the connection
+        runs there, nothing is queued on its worker thread, and the caller
+        did not ask for the worker (`off_the_loop`)."""
+        return self.patience_ms is not None and not self._queued and not _off_the_loop.get()
+
+    async def hop(self, fn: Callable[..., Any], *args: Any, begin: str | None = None) -> Any:
+        """`fn(*args)`, after `begin` if given, once a queued statement's
+        failure is raised (instead): on this thread (`patience_ms`) or on the
+        worker thread, after whatever is queued there."""
+        if self._here():
+            self.raise_deferred_failure()
+            conn = self._conn
+            try:
+                if begin:
+                    conn.execute(begin)
+                    begin = None
+                return fn(*args)
+            except sqlite3.OperationalError as error:
+                if not _busy(error):
+                    raise
+            # Locked: a statement that fails so did nothing; wait on the worker.
+        return await self._execute(self._patient, self._begin_then, begin, fn, args)
+
+    def _begin_then(self, begin: str | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        self.raise_deferred_failure()
+        if begin:
+            self._conn.execute(begin)
+        return fn(*args)
+
+    def _patient(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """(Worker thread) `fn(*args)` with SQLite's busy_timeout at
+        `patience_ms` (it is 0 while the connection runs on the loop)."""
+        if self.patience_ms is None:
+            return fn(*args)
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {int(self.patience_ms)}")
+        try:
+            return fn(*args)
+        finally:
+            conn.execute("PRAGMA busy_timeout = 0")
 
     async def statement(
         self, sql: str, parameters: Any, *, many: bool = False
     ) -> tuple[list[Any] | None, int]:
         """Run one statement (an executemany when `many`) and fetch its rows,
-        in one hop: (the rows, or None for a statement returning none; the
+        in one call: (the rows, or None for a statement returning none; the
         rowcount). Raises a queued statement's failure instead, running nothing."""
         return await self.hop(  # type: ignore[no-any-return]
-            self._statement, self.take_begin(), sql, parameters, many
+            _run_statement, self._conn, sql, parameters, many, begin=self.take_begin()
         )
 
     def statement_later(self, sql: str, parameters: Any, *, many: bool = False) -> None:
-        """Queue one statement without waiting for it: no hop back to the event
-        loop. A failure is raised by this connection's next statement or
-        commit (and the statements queued after it do not run); a rollback
-        forgets it."""
+        """Run one statement without waiting for its outcome: at once on this
+        thread (`patience_ms`), or queued on the worker thread without a hop
+        back. A failure is raised by this connection's next statement or
+        commit (and the statements after it do not run); a rollback forgets it."""
         if not self._running or not self._connection:
             raise ValueError("Connection closed")
         begin = self.take_begin()
+        if self._here():
+            if self._failed is not None:
+                return  # the transaction failed: nothing more runs in it
+            conn = self._connection
+            try:
+                if begin:
+                    conn.execute(begin)
+                    begin = None
+                _run_statement(conn, sql, parameters, many)
+                return
+            except sqlite3.Error as error:
+                if not _busy(error):
+                    self._failed = (error, sql)
+                    return
         self._queued = True
-        self._tx.put_nowait((None, partial(self._statement_later, begin, sql, parameters, many)))
-
-    def _statement(
-        self, begin: str | None, sql: str, parameters: Any, many: bool
-    ) -> tuple[list[Any] | None, int]:
-        self.raise_deferred_failure()
-        return _run_statement(self._conn, begin, sql, parameters, many)
+        work = partial(self._patient, self._statement_later, begin, sql, parameters, many)
+        self._tx.put_nowait((None, work))
 
     def _statement_later(self, begin: str | None, sql: str, parameters: Any, many: bool) -> None:
         if self._failed is not None:
             return  # the transaction failed: nothing more runs in it
         try:
-            _run_statement(self._conn, begin, sql, parameters, many)
+            if begin:
+                self._conn.execute(begin)
+            _run_statement(self._conn, sql, parameters, many)
         except sqlite3.Error as error:
             self._failed = (error, sql)
 
     def raise_deferred_failure(self) -> None:
-        """(Worker thread) Raise a queued statement's failure, once. The error
-        carries that statement's SQL as `sql`."""
+        """Raise a queued statement's failure, once. The error carries that
+        statement's SQL as `sql`."""
         if self._failed is not None:
             (error, sql), self._failed = self._failed, None
             error.sql = sql  # type: ignore[attr-defined]
@@ -203,16 +308,33 @@ class Connection(aiosqlite.Connection):
         # Nothing to do without a transaction (reads, pool resets): no hop.
         if self._queued or self._conn.in_transaction:
             await self.hop(self._commit)
+            if self.checkpoints is not None and self.checkpoints.due():
+                self._queued = True
+                self._tx.put_nowait((None, self._checkpoint))
 
     def _commit(self) -> None:
-        self.raise_deferred_failure()
         if self._conn.in_transaction:
             self._conn.commit()
 
+    def _checkpoint(self) -> None:
+        """(Worker thread) Copy what readers no longer need from the WAL into
+        the database, without waiting for anyone (PASSIVE)."""
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as error:
+            log.warning("store.checkpoint_failed %s: %s", type(error).__name__, error)
+
     async def rollback(self) -> None:
         self._begin = None
-        if self._queued or self._conn.in_transaction:
-            await self.hop(self._rollback)
+        if self._queued or self._conn.in_transaction or self._failed is not None:
+            if self._here():
+                try:
+                    self._rollback()
+                    return
+                except sqlite3.OperationalError as error:
+                    if not _busy(error):
+                        raise
+            await self._execute(self._patient, self._rollback)
 
     def _rollback(self) -> None:
         self._failed = None

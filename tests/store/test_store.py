@@ -37,8 +37,27 @@ async def test_sqlite_is_tuned_for_a_service(sqlite_database: Database):
         busy = (await conn.execute(text("PRAGMA busy_timeout"))).scalar()
         sync = (await conn.execute(text("PRAGMA synchronous"))).scalar()
         fks = (await conn.execute(text("PRAGMA foreign_keys"))).scalar()
+        autocheckpoint = (await conn.execute(text("PRAGMA wal_autocheckpoint"))).scalar()
+        raw = await conn.get_raw_connection()
+        patience = raw.driver_connection.patience_ms
     await store.dispose()
-    assert (journal, busy, sync, fks) == ("wal", 5000, 1, 1)  # synchronous 1 = NORMAL
+    assert (journal, sync, fks) == ("wal", 1, 1)  # synchronous 1 = NORMAL
+    # Statements run on the event loop's thread: SQLite never waits for a lock
+    # or syncs a checkpoint there; a locked database is waited for on the
+    # connection's worker thread, up to the configured busy timeout.
+    assert (busy, autocheckpoint, patience) == (0, 0, 5000)
+
+
+async def test_sqlite_off_the_loop_keeps_the_busy_timeout(sqlite_database: Database):
+    store = sqlite_database.store(sqlite_on_loop=False)
+    await store.upgrade()
+    async with store.engine.connect() as conn:
+        busy = (await conn.execute(text("PRAGMA busy_timeout"))).scalar()
+        autocheckpoint = (await conn.execute(text("PRAGMA wal_autocheckpoint"))).scalar()
+        raw = await conn.get_raw_connection()
+        patience = raw.driver_connection.patience_ms
+    await store.dispose()
+    assert (busy, autocheckpoint, patience) == (5000, 1000, None)
 
 
 async def test_concurrent_writers_do_not_fail_on_sqlite(sqlite_database: Database):

@@ -47,7 +47,7 @@ async def daily_activity(store: Store, days: int = 14, now: datetime | None = No
         + col(TokenLog.cache_read_tokens)
         + col(TokenLog.cache_write_tokens)
     )
-    async with store.read() as session:
+    async with store.read(heavy=True) as session:
         messages = dict(
             (
                 await session.exec(
