@@ -149,6 +149,9 @@ def mark_results(
     placeholders are left as they are."""
     marked: list[ChatMessage] = []
     for message in messages:
+        if not any(isinstance(b, ToolResultBlock) for b in message.content):
+            marked.append(message)  # nothing to mark (most messages): kept as it is
+            continue
         content = tuple(
             _marked(b, names.get(b.tool_use_id, "tool"))
             if isinstance(b, ToolResultBlock) and names.get(b.tool_use_id) not in trusted
