@@ -1,26 +1,21 @@
-"""Prepared statements run straight on SQLite's driver connection.
+"""Prepared statements run straight on the driver: SQLite's, or asyncpg's.
 
 Through SQLAlchemy's async engine a statement costs two greenlet switches, an
 execution context, a cursor wrapper and a result object around one call to
-sqlite3; on this machine that is about half a millisecond of Python against
-~0.2 ms for the call itself, and the hot path runs about sixteen statements per
-message. Here a statement that the hot path prepares once (a module-level Core
-construct with bind parameters) is compiled once per form with SQLAlchemy's
-own compiler, for the session's dialect, into a plan: the SQL text, where each
-positional parameter comes from (a caller's key or a constant of the
-statement) with the type's bind processor, and the result columns with their
-result processors. Running it is one hop to the connection's worker thread
-(`bot.store.sqlite_driver.Connection.statement`), in the transaction the
-session holds (SQLAlchemy emitted its BEGIN), with SQLAlchemy's
-`before_cursor_execute` listeners called as it would (statement counters keep
-counting) and driver errors raised as SQLAlchemy's own (`DBAPIError.instance`),
-so callers see no difference.
-
-Only SQLite takes this path: asyncpg starts its transaction lazily at
-SQLAlchemy's first statement, and SQLAlchemy already keeps asyncpg's prepared
-statements, so PostgreSQL gains little and keeps the Core path
-(`bot.store.rows.execute` decides). Statements whose SQL depends on the values
-(expanding IN lists) are compiled per list length."""
+the driver; on this machine that is most of a statement's cost, and the hot
+path runs about sixteen statements per message. Here a statement that the hot
+path prepares once (a module-level Core construct with bind parameters) is
+compiled once per form with SQLAlchemy's own compiler, for the session's
+dialect, into a plan: the SQL text, where each positional parameter comes from
+(a caller's key or a constant of the statement) with the type's bind
+processor, and the result columns with their result processors. Running it is
+one call to the driver (`bot.store.sqlite_driver.Connection.statement`, or
+`bot.store.asyncpg_driver.Driver.statement`), in the transaction the session
+holds, with SQLAlchemy's `before_cursor_execute` listeners called as it would
+(statement counters keep counting) and driver errors raised as SQLAlchemy's
+own (`DBAPIError.instance`), so callers see no difference. Statements whose
+SQL depends on the values (expanding IN lists) are compiled per list length.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +30,10 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement, Executable
 
+from bot.store import asyncpg_driver
 from bot.store.sqlite_driver import Connection as DriverConnection
+
+Driver = DriverConnection | asyncpg_driver.Driver
 
 Processor = Callable[[Any], Any] | None
 
@@ -57,6 +55,8 @@ class Plan:
     """the row type: a named tuple of the result columns' keys"""
     expanding: tuple[str, ...] = ()
     """the caller's keys given as IN-lists (the SQL has one parameter per item)"""
+    processed: tuple[tuple[int, Callable[[Any], Any]], ...] = ()
+    """the result columns that have a processor: (index, processor)"""
 
     def arguments(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         out = []
@@ -69,18 +69,17 @@ class Plan:
         return tuple(out)
 
     def rows(self, raw: list[Any]) -> list[Any]:
-        columns = self.columns
-        assert columns is not None
         make = self.row._make
-        if not any(columns):
+        processed = self.processed
+        if not processed:
             return [make(row) for row in raw]
-        return [
-            make(
-                value if process is None else process(value)
-                for process, value in zip(columns, row, strict=True)
-            )
-            for row in raw
-        ]
+        out = []
+        for row in raw:
+            values = list(row)
+            for index, process in processed:
+                values[index] = process(values[index])
+            out.append(make(values))
+        return out
 
 
 class Result:
@@ -125,23 +124,28 @@ statement, its expanding (IN-list) keys and a plan per list lengths."""
 
 def driver_of(
     connection: AsyncConnection, statement: Executable, params: Any
-) -> DriverConnection | None:
-    """The session connection's SQLite driver connection, or None when this
-    path does not apply: another database or driver, no parameters (a
+) -> Driver | None:
+    """The session connection's driver (SQLite's, or asyncpg's adapter), or
+    None when this path does not apply: another driver, no parameters (a
     statement built for one call), or an executemany with RETURNING (which
     SQLAlchemy turns into multi-row INSERTs)."""
     if not params or (isinstance(params, list) and _returns_rows(statement)):
         return None
     sync = connection.sync_connection
-    if sync is None or sync.dialect.name != "sqlite":
+    if sync is None:
         return None
-    driver = sync.connection.driver_connection
-    return driver if isinstance(driver, DriverConnection) else None
+    name = sync.dialect.driver
+    if name == "aiosqlite":
+        driver = sync.connection.driver_connection
+        return driver if isinstance(driver, DriverConnection) else None
+    if name == "asyncpg":
+        return asyncpg_driver.Driver(sync.connection.dbapi_connection)
+    return None
 
 
 async def run(
     connection: AsyncConnection,
-    driver: DriverConnection,
+    driver: Driver,
     statement: Executable,
     params: Mapping[str, Any] | list[Mapping[str, Any]],
     *,
@@ -149,8 +153,9 @@ async def run(
 ) -> Result | None:
     """Run `statement` with `params` (a dict, or a list of dicts of the same
     keys for an executemany) on `driver`, in the session's transaction. With
-    `wait` False, queue it and return None at once: a failure is raised by
-    the transaction's next statement or its commit."""
+    `wait` False, return None without waiting on SQLite (a failure is raised
+    by the transaction's next statement or its commit); asyncpg's statements
+    are waited for."""
     first = params[0] if isinstance(params, list) else params
     many = first is not params
     sync = connection.sync_connection
@@ -164,17 +169,20 @@ async def run(
     )
     for listener in sync.dispatch.before_cursor_execute:
         listener(sync, None, plan.sql, arguments, None, many)
-    if not wait:
+    if not wait and isinstance(driver, DriverConnection):
         driver.statement_later(plan.sql, arguments, many=many)
         return None
+    error_type = sqlite3.Error if isinstance(driver, DriverConnection) else driver.error
     try:
         raw, rowcount = await driver.statement(plan.sql, arguments, many=many)
-    except sqlite3.Error as error:
+    except error_type as error:
         # A statement queued earlier in the transaction may be the one that failed.
         sql = getattr(error, "sql", plan.sql)
         raise exc.DBAPIError.instance(
-            sql, None if sql is not plan.sql else arguments, error, sqlite3.Error, dialect=dialect
+            sql, None if sql is not plan.sql else arguments, error, error_type, dialect=dialect
         ) from error
+    if not wait:
+        return None
     rows = plan.rows(raw) if plan.columns is not None and raw is not None else []
     return Result(rows, rowcount)
 
@@ -240,4 +248,7 @@ def _compile(statement: Executable, dialect: Dialect, params: Mapping[str, Any])
         columns=processors,
         row=namedtuple("Row", names, rename=True),
         expanding=tuple(key for key in state.parameter_expansion if key in params),
+        processed=tuple(
+            (index, process) for index, process in enumerate(processors or ()) if process
+        ),
     )

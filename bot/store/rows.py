@@ -33,7 +33,7 @@ async def execute(
     session: AsyncSession, statement: Executable, params: Any = None, *, wait: bool = True
 ) -> Any:
     """Run `statement` (with `params`: a dict, or a list of dicts for an
-    executemany) in `session`'s transaction, as Core; on SQLite, a statement
+    executemany) in `session`'s transaction, as Core; a statement
     prepared once (given with its parameters) runs straight on the driver
     (`bot.store.direct`). The result offers `all`, `first`, `one`, `scalar`,
     iteration and `rowcount`.

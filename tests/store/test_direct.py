@@ -1,9 +1,10 @@
-"""Prepared statements on SQLite run straight on the driver (`bot.store.direct`)
+"""Prepared statements run straight on the driver (`bot.store.direct`)
 and give what SQLAlchemy's Core path gives: typed values (JSON, booleans,
 aware datetimes), RETURNING rows, rowcounts, expanding IN lists, SQLAlchemy's
 exceptions, statements seen by event listeners. A write transaction's BEGIN
 goes out with its first statement and still holds the write lock until the
-commit. On PostgreSQL the same calls take the Core path."""
+commit. On PostgreSQL the same calls run straight on asyncpg, in the session's
+transaction."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.store import Store, direct
+from bot.store import Store, asyncpg_driver, direct, sqlite_driver
 from bot.store.models import InboxItem
 from bot.store.rows import execute, insert_rows
 
@@ -187,10 +188,33 @@ async def test_a_database_locked_at_the_first_statement_fails_cleanly(
     assert [row[0] for row in stored] == ["e2"]
 
 
-async def test_postgresql_keeps_the_core_path(store: Store):
+async def test_each_database_has_its_driver_path(store: Store):
     async with store.read() as session:
         driver = direct.driver_of(await session.connection(), CLAIM, {"t_key": "x"})
-    assert (driver is None) == (store.dialect == "postgresql")
+    kind = asyncpg_driver.Driver if store.dialect == "postgresql" else sqlite_driver.Connection
+    assert isinstance(driver, kind)
+
+
+async def test_a_driver_statement_first_in_a_transaction_is_inside_it(store: Store):
+    """asyncpg's adapter begins lazily, at the first statement: when that
+    statement takes the driver path, the transaction still begins before it,
+    so an error after it rolls it back (and listeners saw it)."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement.split()[0])
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    with pytest.raises(RuntimeError):
+        async with store.write() as session:
+            await insert_rows(session, items("e1"))
+            raise RuntimeError("after the first statement")
+    async with store.write() as session:
+        await insert_rows(session, items("e2"))
+        await execute(session, CLAIM, {"t_key": "c1", "t_until": CREATED})
+    stored = await core(store, BY_EVENTS, {"t_events": ["e1", "e2"]})
+    assert [(row[0], row[3]) for row in stored] == [("e2", CREATED)]
+    assert "INSERT" in seen and "UPDATE" in seen
 
 
 async def test_a_queued_insert_that_fails_fails_its_transaction_at_the_commit(store: Store):
