@@ -17,7 +17,11 @@ Mode "concurrent": C conversations at once, the provider sleeping 1 s per call;
 prints the total wall time (ideal: just over 1 s).
 
     python -m tests.benchmarks.pipeline [--messages 2000] [--conversations 1000]
-        [--database-url URL]
+        [--database-url URL] [--mode sequential|newusers|concurrent|both]
+
+Without --database-url, the sequential and new-user modes run on SQLite and
+then, when SWITCHBOARD_TEST_POSTGRES_URL is set, on PostgreSQL (a fresh schema;
+the floor there is the same minimal bot on asyncpg).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiosqlite
+import asyncpg
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -41,6 +46,7 @@ from bot.config import Secrets, Settings
 from bot.llm.types import LLMRequest, LLMResponse, TextBlock
 from bot.ports import TextCallback
 from bot.types import IncomingMessage, Reply, Target, Usage
+from tests.conftest import POSTGRES_URL, Database
 
 RUN = secrets.token_hex(4)
 
@@ -95,10 +101,13 @@ def msg(i: int, conversation: int, mode: str = "seq") -> IncomingMessage:
     )
 
 
-async def open_app(url: str, delay: float) -> tuple[App, NullAdapter]:
+async def open_app(url: str, delay: float, schema: str | None = None) -> tuple[App, NullAdapter]:
+    database: dict[str, str] = {"url": url}
+    if schema:
+        database["schema_name"] = schema
     settings = Settings.model_validate(
         {
-            "database": {"url": url},
+            "database": database,
             "budgets": {"guest": "unlimited"},
             "logging": {"level": "WARNING"},
         }
@@ -127,8 +136,10 @@ class SqlCounter:
         self.commits += 1
 
 
-async def sequential(url: str, n: int, conversations: int, new_users: bool = False) -> None:
-    app, adapter = await open_app(url, 0.0)
+async def sequential(
+    url: str, n: int, conversations: int, new_users: bool = False, schema: str | None = None
+) -> None:
+    app, adapter = await open_app(url, 0.0, schema)
     for i in range(50):  # warm up: create users and conversations, fill caches
         await app.pipeline.handle(msg(-i - 1, i % conversations))
     mode = "new" if new_users else "seq"  # "new": conversation i, a new user each time
@@ -145,11 +156,18 @@ async def sequential(url: str, n: int, conversations: int, new_users: bool = Fal
     await app.close()
     latencies.sort()
     p50 = statistics.median(latencies)
-    floor = await minimal_bot(url, n) if url.startswith("sqlite") else None
-    if new_users:
-        print(f"new users: {n} first messages, each from a new user, in {elapsed:.2f} s")
+    if url.startswith("sqlite"):
+        floor: tuple[float, float] | None = await minimal_bot(url, n)
     else:
-        print(f"sequential: {n} messages over {conversations} conversations in {elapsed:.2f} s")
+        floor = await minimal_bot_postgres(url, schema, n) if schema else None
+    where = "SQLite" if url.startswith("sqlite") else "PostgreSQL"
+    if new_users:
+        print(f"new users ({where}): {n} first messages, each from a new user, in {elapsed:.2f} s")
+    else:
+        print(
+            f"sequential ({where}): {n} messages over {conversations} conversations"
+            f" in {elapsed:.2f} s"
+        )
     print(f"  throughput   {n / elapsed:8.1f} messages/s")
     print(f"  latency p50  {p50:8.2f} ms" + (f"  (floor {floor[0]:.2f} ms)" if floor else ""))
     print(f"  latency p99  {latencies[int(len(latencies) * 0.99) - 1]:8.2f} ms")
@@ -203,6 +221,64 @@ async def minimal_bot(url: str, n: int) -> tuple[float, float]:
     return statistics.median(latencies), cpu / n * 1000
 
 
+async def minimal_bot_postgres(url: str, schema: str, n: int) -> tuple[float, float]:
+    """`minimal_bot` on PostgreSQL: the same statements on one asyncpg connection
+    (asyncpg prepares and caches them), in the benchmark's own schema."""
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(f'SET search_path TO "{schema}"')
+        await conn.execute(
+            "CREATE TABLE floor_inbox (event_id TEXT PRIMARY KEY, payload TEXT, status TEXT);"
+            "CREATE TABLE floor_messages (id BIGSERIAL PRIMARY KEY, conversation TEXT,"
+            " role TEXT, content TEXT);"
+            "CREATE TABLE floor_outbox (id BIGSERIAL PRIMARY KEY, conversation TEXT,"
+            " content TEXT);"
+        )
+        latencies = []
+        cpu = time.process_time()
+        for i in range(n):
+            t0 = time.perf_counter()
+            event_id, conversation = f"e{i}", f"c{i % 50}"
+            async with conn.transaction():
+                await conn.execute(
+                    "INSERT INTO floor_inbox VALUES ($1, $2, 'pending')",
+                    event_id,
+                    f"message number {i}",
+                )
+            async with conn.transaction():
+                await conn.executemany(
+                    "INSERT INTO floor_messages (conversation, role, content) VALUES ($1, $2, $3)",
+                    [
+                        (conversation, "user", f"message number {i}"),
+                        (conversation, "assistant", "ok"),
+                    ],
+                )
+                await conn.execute(
+                    "INSERT INTO floor_outbox (conversation, content) VALUES ($1, $2)",
+                    conversation,
+                    "ok",
+                )
+                await conn.execute(
+                    "UPDATE floor_inbox SET status = 'answered' WHERE event_id = $1", event_id
+                )
+            latencies.append((time.perf_counter() - t0) * 1000)
+        cpu = time.process_time() - cpu
+    finally:
+        await conn.close()
+    return statistics.median(latencies), cpu / n * 1000
+
+
+async def on_postgres(n: int, new_users: bool) -> None:
+    """`sequential` in a fresh schema of the test PostgreSQL database, dropped after."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Database("postgres", Path(tmp))
+        await db.create()
+        try:
+            await sequential(db.url, n, 50, new_users=new_users, schema=db.schema)
+        finally:
+            await db.drop()
+
+
 async def concurrent(url: str, conversations: int) -> None:
     app, adapter = await open_app(url, 1.0)
     started = time.perf_counter()
@@ -240,6 +316,15 @@ def main() -> None:
         if args.mode in ("concurrent", "both"):
             url = args.database_url or f"sqlite+aiosqlite:///{Path(tmp) / 'conc.db'}"
             asyncio.run(concurrent(url, args.conversations))
+    # The same on PostgreSQL when the test database is configured (as CI does).
+    if args.database_url is None and args.mode in ("sequential", "newusers", "both"):
+        if not POSTGRES_URL:
+            print("PostgreSQL: skipped (set SWITCHBOARD_TEST_POSTGRES_URL)")
+            return
+        if args.mode in ("sequential", "both"):
+            asyncio.run(on_postgres(args.messages, new_users=False))
+        if args.mode in ("newusers", "both"):
+            asyncio.run(on_postgres(args.messages, new_users=True))
 
 
 if __name__ == "__main__":
