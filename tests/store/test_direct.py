@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, event, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import bindparam, event, text, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -335,3 +335,26 @@ async def test_when_the_rollback_after_a_failure_fails_too_the_first_error_is_ra
         await insert_rows(session, items("e3"))
     stored = await core(store, BY_EVENTS, {"t_events": ["e1", "e2", "e3"]})
     assert [row[0] for row in stored] == ["e1", "e3"]
+
+
+async def test_a_connection_cut_mid_transaction_loses_the_transaction_not_the_store(
+    store: Store,
+):
+    """The database ends the session's connection (PostgreSQL: its backend is
+    terminated; SQLite has no server to cut) after the transaction's first
+    driver statement: the next one fails with SQLAlchemy's error, nothing of
+    the transaction is kept, and the next transaction works on a new
+    connection."""
+    if store.dialect != "postgresql":
+        pytest.skip("a server connection to cut")
+    with pytest.raises(DBAPIError):
+        async with store.write() as session:
+            await insert_rows(session, items("e1"))
+            pid = (await session.exec(text("SELECT pg_backend_pid()"))).one()[0]  # type: ignore[call-overload]
+            async with store.write() as other:
+                await other.exec(text(f"SELECT pg_terminate_backend({int(pid)})"))  # type: ignore[call-overload]
+            await execute(session, CLAIM, {"t_key": "c1", "t_until": CREATED})
+    async with store.write() as session:
+        await insert_rows(session, items("e2"))
+    stored = await core(store, BY_EVENTS, {"t_events": ["e1", "e2"]})
+    assert [row[0] for row in stored] == ["e2"]
