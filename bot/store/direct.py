@@ -122,9 +122,7 @@ _PLANS: dict[tuple[int, str, tuple[str, ...]], _Family] = {}
 statement, its expanding (IN-list) keys and a plan per list lengths."""
 
 
-def driver_of(
-    connection: AsyncConnection, statement: Executable, params: Any
-) -> Driver | None:
+def driver_of(connection: AsyncConnection, statement: Executable, params: Any) -> Driver | None:
     """The session connection's driver (SQLite's, or asyncpg's adapter), or
     None when this path does not apply: another driver, no parameters (a
     statement built for one call), or an executemany with RETURNING (which
