@@ -29,7 +29,12 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -111,6 +116,8 @@ class Store:
         # processes (CLI commands) sharing the file.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._writer = async_sessionmaker(self.engine, class_=AsyncSession, expire_on_commit=False)
+        self._held: AsyncConnection | None = None
+        self._held_writer = self._writer
         self._urgent = async_sessionmaker(
             self.urgent_engine, class_=AsyncSession, expire_on_commit=False
         )
@@ -131,8 +138,16 @@ class Store:
             async with _session(self._writer) as session:
                 yield session
             return
-        async with self._write_lock, _session(self._writer) as session:
-            yield session
+        async with self._write_lock:
+            try:
+                async with _session(await self._sqlite_writer()) as session:
+                    yield session
+            except BaseException:
+                # Back to the pool, whose reset rolls back whatever the failure
+                # left open (after a failed COMMIT, SQLAlchemy's own rollback
+                # does not reach the driver); the next write checks one out.
+                await self._release_writer()
+                raise
 
     @asynccontextmanager
     async def write_urgent(self) -> AsyncIterator[AsyncSession]:
@@ -141,8 +156,29 @@ class Store:
             async with _session(self._urgent) as session:
                 yield session
             return
-        async with self._write_lock, _session(self._urgent) as session:
+        async with self.write() as session:
             yield session
+
+    async def _sqlite_writer(self) -> async_sessionmaker[AsyncSession]:
+        """(Under the write lock) Sessions on the one connection SQLite's writes
+        use: they take turns on the lock anyway, so the connection stays
+        checked out between them instead of going back to the pool and out
+        again for each. One found invalidated (a rollback that failed) or
+        closed is replaced."""
+        held = self._held
+        if held is None or held.closed or held.invalidated:
+            await self._release_writer()
+            held = self._held = await self.engine.connect()
+            self._held_writer = async_sessionmaker(
+                bind=held, class_=AsyncSession, expire_on_commit=False
+            )
+        return self._held_writer
+
+    async def _release_writer(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(held.close())
 
     async def ping(self) -> None:
         """One round trip to the database (on the urgent connections)."""
@@ -185,6 +221,7 @@ class Store:
             raise explain(exc, self.url, self.schema) from exc
 
     async def dispose(self) -> None:
+        await self._release_writer()
         await self.engine.dispose()
         if self.urgent_engine is not self.engine:
             await self.urgent_engine.dispose()
