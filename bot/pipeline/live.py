@@ -23,7 +23,7 @@ from bot.agent.events import Event, EventBus, Subscription
 from bot.agent.streaming import RunView
 from bot.config import StreamingSettings
 from bot.errors import RateLimited
-from bot.ports import LiveMessage, Streaming
+from bot.ports import LiveMessage
 from bot.types import IncomingMessage, Outcome, Reply, Target
 
 log = logging.getLogger("switchboard.streaming")
@@ -222,10 +222,15 @@ def open_live(
 ) -> LiveReply | None:
     """A live view of the run answering `first`, where its platform streams."""
     platform = first.platform
-    if not settings.enabled_for(platform) or not isinstance(adapter, Streaming):
+    # What `isinstance(adapter, bot.ports.Streaming)` asks, without a protocol check's
+    # cost on every run (it inspects the protocol's members each time).
+    open_stream: Callable[[Target], LiveMessage | None] | None = getattr(
+        adapter, "open_stream", None
+    )
+    if not settings.enabled_for(platform) or not callable(open_stream):
         return None
     try:
-        message = adapter.open_stream(reply_target(first))
+        message = open_stream(reply_target(first))
     except Exception:
         log.exception("stream.open_failed platform=%s run=%s", platform, run_id)
         return None
