@@ -2,36 +2,51 @@
 service. Prints figures; asserts nothing.
 
 `switchboard run` as a subprocess with the Slack adapter over HTTP, the real
-`anthropic` SDK streaming from the fake Messages API (instant answers) and
-replies posted with slack_sdk to the fake Slack. `--in-flight` workers (4),
-each in a DM of its own, send a signed Events API delivery and wait until its
-reply reaches the fake Slack, then send the next (a closed loop: the service
-is never offered more than it answers). After a warm-up, prints messages/s,
-latency p50/p99 (event sent → reply posted) and the service process's CPU per
-message (user + system, from /proc), on SQLite by default or PostgreSQL.
+`anthropic` SDK streaming from the fake Messages API and replies posted with
+slack_sdk to the fake Slack. Two modes:
+
+Closed loop (the default): `--in-flight` workers (4), each in a DM of its own,
+send a signed Events API delivery and wait until its reply reaches the fake
+Slack, then send the next (the service is never offered more than it answers;
+the model answers at once). After a warm-up, prints messages/s, latency
+p50/p99 (event sent → reply posted) and the service process's CPU per message
+(user + system, from /proc). The figure to watch is CPU per message, the least
+sensitive to a shared machine; the issue's target is at most twice the minimal
+bot's.
+
+Burst (`--burst N`, `tests.benchmarks.burst`): N deliveries sent at once, the
+model taking 1 s per call, in N DMs and/or N threads of one channel
+(`--shape`). Prints the wall time to the last reply, the first reply,
+acknowledgement latency and Slack's retries; the issue's target is a wall at
+most 1.5× the minimal bot's, every delivery acknowledged within 3 s.
 
     python -m tests.benchmarks.frontdoor [--messages 400] [--in-flight 4]
         [--database sqlite|postgres]
+    python -m tests.benchmarks.frontdoor --burst 1000 [--shape dms|threads|both]
+        [--database sqlite|postgres]
 
-The floor beside the figures is measured in the same run, the same way: a
-minimal bot doing the same I/O (`tests.benchmarks.minimal_bot`: verify the
-signature, dedupe insert, read the last 40 messages, stream the SDK call,
-store both messages in one transaction, post) against the same fakes. The
-figure to watch is CPU per message, the least sensitive to a shared machine;
-the issue's target is at most twice the minimal bot's.
+SQLite by default; PostgreSQL needs SWITCHBOARD_TEST_POSTGRES_URL. The floor
+beside the figures is measured in the same run, the same way: a minimal bot
+doing the same I/O (`tests.benchmarks.minimal_bot`: verify the signature,
+dedupe insert, read the last 40 messages, stream the SDK call, store both
+messages in one transaction, post) against the same fakes.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import re
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 
@@ -52,11 +67,18 @@ def cpu_seconds(pid: int) -> float:
 REPLY_TIMEOUT_S = 30
 
 
+SPEAKER = re.compile(r"^\[[^\]]*\] ")
+"""The service puts `[name] ` before a message in a channel (who is speaking)."""
+
+
 def answer(text: str) -> str:
-    """The fake model's answer: "re: <the message>" to a DM; a short summary
-    when asked to summarise (compaction sends the transcript as one message;
-    echoing it would make each summary longer than the last)."""
-    return f"re: {text}" if len(text) <= 100 else "They exchanged short numbered messages."
+    """The fake model's answer: "re: <the message>" (without the speaker's name,
+    so it reads the same from the minimal bot); a short summary when asked to
+    summarise (compaction sends the transcript as one message; echoing it would
+    make each summary longer than the last)."""
+    if len(text) > 100:
+        return "They exchanged short numbered messages."
+    return f"re: {SPEAKER.sub('', text)}"
 
 
 @dataclass
@@ -97,7 +119,39 @@ async def worker(
         latencies.append(time.perf_counter() - sent)
 
 
-async def run(messages: int, in_flight: int, database: str) -> None:
+MINIMAL_BOT = "tests.benchmarks.minimal_bot"
+T = TypeVar("T")
+
+
+@dataclass
+class Rig:
+    """The fakes and the database the minimal bot and the service run against."""
+
+    model: FakeAnthropic
+    slack: FakeSlack
+    db: Database
+    tmp: Path
+    model_delay: float = 0.0
+    """Seconds the fake model waits before each answer."""
+
+    def process(self, module: str = "bot") -> Service:
+        """The service (`bot`), or the minimal bot (`MINIMAL_BOT`), not started."""
+        port = free_port()
+        env = service_env(
+            self.db,
+            self.model,
+            self.slack,
+            port,
+            SWITCHBOARD__LOGGING__LEVEL="WARNING",
+            SWITCHBOARD__INBOX__LEASE_SECONDS="20",  # the defaults, not the tests'
+            SWITCHBOARD__INBOX__SWEEP_SECONDS="5",
+            MINIMAL_BOT_DB=str(self.tmp / "minimal.db"),
+        )
+        return Service(env, self.tmp, port, module=module)
+
+
+@contextlib.asynccontextmanager
+async def rig(database: str) -> AsyncIterator[Rig]:
     if database == "postgres":
         assert POSTGRES_URL, "set SWITCHBOARD_TEST_POSTGRES_URL"
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,49 +159,33 @@ async def run(messages: int, in_flight: int, database: str) -> None:
         await db.create()
         try:
             async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
-                model.responder = lambda body: text_reply(answer(last_user_text(body)))
-
-                def env(port: int) -> dict[str, str]:
-                    return service_env(
-                        db,
-                        model,
-                        slack,
-                        port,
-                        SWITCHBOARD__LOGGING__LEVEL="WARNING",
-                        SWITCHBOARD__INBOX__LEASE_SECONDS="20",  # the defaults, not the tests'
-                        SWITCHBOARD__INBOX__SWEEP_SECONDS="5",
-                        MINIMAL_BOT_DB=str(Path(tmp) / "minimal.db"),
-                    )
-
-                port = free_port()
-                floor = await measured(
-                    Service(env(port), Path(tmp), port, module="tests.benchmarks.minimal_bot"),
-                    model,
-                    slack,
-                    messages,
-                    in_flight,
-                    "F",
+                fakes = Rig(model, slack, db, Path(tmp))
+                model.responder = lambda body: text_reply(
+                    answer(last_user_text(body)), delay=fakes.model_delay
                 )
-                port = free_port()
-                ours = await measured(
-                    Service(env(port), Path(tmp), port), model, slack, messages, in_flight, "S"
-                )
+                yield fakes
         finally:
             await db.drop()
+
+
+async def run(messages: int, in_flight: int, database: str) -> None:
+    async with rig(database) as fakes:
+        fixtures = (fakes.model, fakes.slack)
+        floor = await measured(
+            fakes.process(MINIMAL_BOT),
+            lambda p: measure(p, fixtures, messages, in_flight, "F"),
+        )
+        ours = await measured(
+            fakes.process(), lambda p: measure(p, fixtures, messages, in_flight, "S")
+        )
     report(ours, floor, in_flight, database)
 
 
-async def measured(
-    process: Service,
-    model: FakeAnthropic,
-    slack: FakeSlack,
-    messages: int,
-    in_flight: int,
-    tag: str,
-) -> Figures:
+async def measured(process: Service, work: Callable[[Service], Awaitable[T]]) -> T:
+    """`work(process)` between its start and stop; its log is printed on a timeout."""
     await process.start()
     try:
-        return await measure(process, (model, slack), messages, in_flight, tag)
+        return await work(process)
     except TimeoutError:
         print(process.log_text)
         raise
@@ -224,8 +262,18 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=400)
     parser.add_argument("--in-flight", type=int, default=4)
     parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument(
+        "--burst", type=int, metavar="N", help="N conversations at once, 1 s model (burst.py)"
+    )
+    parser.add_argument("--shape", choices=["dms", "threads", "both"], default="both")
     args = parser.parse_args()
-    asyncio.run(run(args.messages, args.in_flight, args.database))
+    if args.burst:
+        from tests.benchmarks import burst  # it imports this module
+
+        shapes = list(burst.SHAPES) if args.shape == "both" else [args.shape]
+        asyncio.run(burst.run(args.burst, shapes, args.database))
+    else:
+        asyncio.run(run(args.messages, args.in_flight, args.database))
 
 
 if __name__ == "__main__":

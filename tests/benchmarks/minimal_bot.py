@@ -1,11 +1,15 @@
 """The floor of the front-door benchmark: a minimal Slack bot doing the same
-I/O as Switchboard for one DM, and nothing else. Run as a process of its own
+I/O as Switchboard for one message, and nothing else. Run as a process of its own
 (`python -m tests.benchmarks.minimal_bot`) by `tests.benchmarks.frontdoor`,
 which measures it exactly as it measures the service.
 
+It answers a DM, and a channel message that @mentions it (its user id comes
+from `auth.test` at startup) in the message's thread, a top-level one starting
+a thread under itself; the DM or the thread is the conversation.
+
 Per Events API delivery: verify the signature (HMAC-SHA256, constant-time),
 insert the event id into SQLite (a redelivery is a no-op), acknowledge; then,
-in a task: read the channel's last 40 messages, stream the answer with the
+in a task: read the conversation's last 40 messages, stream the answer with the
 `anthropic` SDK, store both messages in one transaction, post the reply with
 slack_sdk. SQLite on aiosqlite in WAL mode, one connection, one write
 transaction at a time.
@@ -32,9 +36,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS events (event_id TEXT PRIMARY KEY);"
-    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, channel TEXT,"
+    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, conversation TEXT,"
     " role TEXT, text TEXT);"
-    "CREATE INDEX IF NOT EXISTS messages_channel ON messages (channel, id);"
+    "CREATE INDEX IF NOT EXISTS messages_conversation ON messages (conversation, id);"
 )
 
 
@@ -51,6 +55,8 @@ class MinimalBot:
             token=os.environ["SLACK_BOT_TOKEN"],
             base_url=os.environ["SWITCHBOARD__SLACK__API_BASE_URL"],
         )
+        self.user_id = ""
+        """Ours, from `auth.test`: a channel message mentioning it is answered."""
         self.tasks: set[asyncio.Task[None]] = set()
         self.writing = asyncio.Lock()
         """One transaction at a time on the one connection."""
@@ -73,6 +79,12 @@ class MinimalBot:
         event = envelope.get("event", {})
         if event.get("type") != "message" or event.get("bot_id") or event.get("subtype"):
             return web.Response()
+        direct = event.get("channel_type") == "im"
+        mention = f"<@{self.user_id}>"
+        text = event.get("text", "")
+        if not direct and mention not in text:
+            return web.Response()
+        thread = event.get("thread_ts") or (None if direct else event["ts"])
         async with self.writing:
             async with self.db.execute(
                 "INSERT OR IGNORE INTO events VALUES (?)", (envelope["event_id"],)
@@ -80,15 +92,17 @@ class MinimalBot:
                 new = cursor.rowcount
             await self.db.commit()
         if new:
-            task = asyncio.create_task(self.answer(event["channel"], event.get("text", "")))
+            question = text.replace(mention, "").strip()
+            task = asyncio.create_task(self.answer(event["channel"], thread, question))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
         return web.Response()
 
-    async def answer(self, channel: str, text: str) -> None:
+    async def answer(self, channel: str, thread: str | None, text: str) -> None:
+        conversation = f"{channel}:{thread}" if thread else channel
         rows = await self.db.execute_fetchall(
-            "SELECT role, text FROM messages WHERE channel = ? ORDER BY id DESC LIMIT 40",
-            (channel,),
+            "SELECT role, text FROM messages WHERE conversation = ? ORDER BY id DESC LIMIT 40",
+            (conversation,),
         )
         history = [{"role": role, "content": content} for role, content in reversed(list(rows))]
         history.append({"role": "user", "content": text})
@@ -101,11 +115,11 @@ class MinimalBot:
             reply = "".join([chunk async for chunk in stream.text_stream])
         async with self.writing:
             await self.db.executemany(
-                "INSERT INTO messages (channel, role, text) VALUES (?, ?, ?)",
-                [(channel, "user", text), (channel, "assistant", reply)],
+                "INSERT INTO messages (conversation, role, text) VALUES (?, ?, ?)",
+                [(conversation, "user", text), (conversation, "assistant", reply)],
             )
             await self.db.commit()
-        await self.slack.chat_postMessage(channel=channel, text=reply)
+        await self.slack.chat_postMessage(channel=channel, text=reply, thread_ts=thread)
 
 
 async def main() -> None:
@@ -114,6 +128,7 @@ async def main() -> None:
     await db.execute("PRAGMA synchronous=NORMAL")
     await db.executescript(SCHEMA)
     bot = MinimalBot(db)
+    bot.user_id = str((await bot.slack.auth_test())["user_id"])
     app = web.Application()
     app.router.add_post("/slack/events", bot.events)
     app.router.add_get("/healthz", lambda _: web.Response(text="ok"))
