@@ -37,6 +37,7 @@ way the pysqlite dialect would (check_same_thread off, `uri=True` for
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from collections import deque
@@ -44,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import aiosqlite
 from aiosqlite.context import Result
@@ -157,6 +158,10 @@ def off_the_loop() -> Iterator[None]:
         _off_the_loop.reset(token)
 
 
+YIELD_EVERY = 64
+"""Calls on the loop's thread between two that give the loop a turn first."""
+
+
 class Connection(aiosqlite.Connection):
     """One hop per statement, or none (`patience_ms`); BEGIN sent with a
     transaction's first statement; statements whose outcome the caller does not
@@ -181,6 +186,8 @@ class Connection(aiosqlite.Connection):
     next calls go there too, after it, until one has its answer"""
     _failed: tuple[sqlite3.Error, str] | None = None
     """a statement's failure that nobody waited for, and its SQL"""
+    _inline_calls: ClassVar[int] = 0
+    """calls run on the loop's thread since one of them gave the loop a turn"""
 
     def cursor(self) -> Result[Cursor]:  # type: ignore[override]
         return Result(self._new_cursor())
@@ -208,6 +215,13 @@ class Connection(aiosqlite.Connection):
         failure is raised (instead): on this thread (`patience_ms`) or on the
         worker thread, after whatever is queued there."""
         if self._here():
+            Connection._inline_calls += 1
+            if Connection._inline_calls >= YIELD_EVERY:
+                # Statements here never give the loop a turn (their hand-offs
+                # did): long runs of them (a sweep, a batch) let it run now and
+                # then, so nothing waits on them for long.
+                Connection._inline_calls = 0
+                await asyncio.sleep(0)
             self.raise_deferred_failure()
             conn = self._conn
             try:

@@ -24,9 +24,9 @@ class Ticker:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(0)
+        while True:  # each pass counts, the first one too
             self.ticks += 1
+            await asyncio.sleep(0)
 
     def stop(self) -> None:
         self._task.cancel()
