@@ -148,7 +148,10 @@ class Jobs:
             .where(col(ScheduledJob.id).in_(list(job_ids)))
             .order_by(col(ScheduledJob.id))
         )
-        async with self._store.read() as session:
+        # A batch of whole rows (the scheduler loads them fifty at a time at
+        # start and after changes): read on a worker thread, so the loop runs
+        # while it is read.
+        async with self._store.read(heavy=True) as session:
             return list((await session.exec(query)).all())
 
     async def due(self, now: datetime, platforms: Collection[str]) -> tuple[list[int], list[int]]:
