@@ -20,6 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from bot.history_rows import KeptRows
 from bot.store import Store
 from bot.store.models import Conversation, ConversationSummary, Message, Run
 from bot.store.rows import execute, new_row
@@ -96,12 +97,22 @@ def _head_statement() -> Any:
         )
 
     has_rows = exists().where(col(Message.conversation_id) == col(Conversation.id))
+    kept = (  # rows in (k_from, k_to]: what `bot.history_rows` kept is still all there
+        select(func.count())
+        .where(
+            col(Message.conversation_id) == col(Conversation.id),
+            col(Message.id) > bindparam("k_from"),
+            col(Message.id) <= bindparam("k_to"),
+        )
+        .scalar_subquery()
+    )
     return select(  # type: ignore[call-overload]
         col(Conversation.persona_name),
         start,
         latest(col(ConversationSummary.summary)),
         latest(col(ConversationSummary.up_to_message_id)),
         has_rows,
+        kept,
     ).where(col(Conversation.id) == bindparam("c_id"))
 
 
@@ -158,6 +169,7 @@ class Conversations:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._cache: dict[str, ConversationRecord] = {}
+        self._rows = KeptRows()
 
     async def resolve(self, msg: IncomingMessage) -> ConversationRecord:
         return await self.resolve_key(
@@ -237,27 +249,38 @@ class Conversations:
     ) -> ConversationState:
         """The persona choice, the latest compaction summary and the rows after it
         (and after the last `/new`), oldest first; at most `max_rows` (the newest).
-        Two statements: the conversation with its latest summary (and whether it
-        has any message at all); the rows, skipped for a conversation without any."""
-        params = {"c_id": conversation.id}
+        Two statements: the conversation with its latest summary (whether it has
+        any message at all, and whether the rows kept from its last read are
+        still all there); the rows (those added since, when the kept ones are),
+        skipped for a conversation without any."""
+        limit = max_rows or MAX_HISTORY_ROWS
+        kept = self._rows.get(conversation.id) if limit == MAX_HISTORY_ROWS else None
+        params = {
+            "c_id": conversation.id,
+            "k_from": kept.boundary if kept else 0,
+            "k_to": kept.last_id if kept else 0,
+        }
         head = await execute(session, _HEAD, params)
-        persona_name, start_id, summary, up_to, any_rows = head.one()
+        persona_name, start_id, summary, up_to, any_rows, kept_count = head.one()
         boundary = max(up_to if up_to is not None else 0, int(start_id) - 1)
         summary = summary or None
         if not any_rows:
+            self._rows.forget(conversation.id)
             return ConversationState(persona_name, [], summary, boundary)
+        if kept is not None and (kept.boundary, kept.count) != (boundary, kept_count):
+            kept = None  # a /new, a compaction, or rows that appeared below: read all
         rows = (
             await execute(
                 session,
                 _ROWS,
                 {
                     "c_id": conversation.id,
-                    "c_after": boundary,
-                    "c_limit": max_rows or MAX_HISTORY_ROWS,
+                    "c_after": boundary if kept is None else kept.last_id,
+                    "c_limit": limit,
                 },
             )
         ).all()
-        history = [
+        new = [
             HistoryRow(
                 role,
                 text,
@@ -272,7 +295,10 @@ class Conversations:
                 reversed(rows)
             )
         ]
-        return ConversationState(persona_name, history, summary, boundary)
+        if limit != MAX_HISTORY_ROWS:
+            return ConversationState(persona_name, new, summary, boundary)
+        history = self._rows.merge(conversation.id, kept, boundary, new, limit)
+        return ConversationState(persona_name, list(history), summary, boundary)
 
     async def add_context(
         self,
