@@ -20,6 +20,9 @@ from typing import Any
 
 KEPT_CONVERSATIONS = 256
 """Conversations whose rows are kept (the most recently read)."""
+KEPT_CHARS = 16_000_000
+"""At most this much message text is kept, all conversations together (the
+least recently read go first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +34,17 @@ class Kept:
     """rows in (boundary, last_id]: all of them read, `rows` the newest"""
     rows: tuple[Any, ...]
     """the newest rows, at most the cap, oldest first"""
+    chars: int
+    """the length of their texts"""
 
 
 class KeptRows:
     """Per conversation id, what its last full or incremental read gave."""
 
-    def __init__(self, size: int = KEPT_CONVERSATIONS) -> None:
+    def __init__(self, size: int = KEPT_CONVERSATIONS, max_chars: int = KEPT_CHARS) -> None:
         self._size = size
+        self._max_chars = max_chars
+        self._chars = 0
         self._kept: OrderedDict[int, Kept] = OrderedDict()
 
     def get(self, conversation_id: int) -> Kept | None:
@@ -47,7 +54,9 @@ class KeptRows:
         return kept
 
     def forget(self, conversation_id: int) -> None:
-        self._kept.pop(conversation_id, None)
+        gone = self._kept.pop(conversation_id, None)
+        if gone is not None:
+            self._chars -= gone.chars
 
     def merge(
         self,
@@ -61,17 +70,22 @@ class KeptRows:
         after `kept.last_id`, or after `boundary` when nothing was kept) to what
         was kept; remembered for the next read. A read that came back full
         (`limit` rows) may have left older rows out: nothing is kept then."""
+        added = sum(len(row.text) for row in new)
         if kept is None:
             rows, count, last_id = new, len(new), new[-1].id if new else boundary
+            chars = added
         else:
-            rows = [*kept.rows, *new][-limit:]
+            merged = [*kept.rows, *new]
+            rows, dropped = merged[-limit:], merged[:-limit]
             count = kept.count + len(new)
             last_id = new[-1].id if new else kept.last_id
-        if len(new) >= limit:
-            self.forget(conversation_id)
-            return rows
-        self._kept[conversation_id] = Kept(boundary, last_id, count, tuple(rows))
-        self._kept.move_to_end(conversation_id)
-        while len(self._kept) > self._size:
-            self._kept.popitem(last=False)
+            chars = kept.chars + added - sum(len(row.text) for row in dropped)
+        self.forget(conversation_id)
+        if len(new) >= limit or chars > self._max_chars:
+            return rows  # older rows may be missing, or too much to keep
+        self._kept[conversation_id] = Kept(boundary, last_id, count, tuple(rows), chars)
+        self._chars += chars
+        while len(self._kept) > self._size or self._chars > self._max_chars:
+            _, oldest = self._kept.popitem(last=False)
+            self._chars -= oldest.chars
         return rows

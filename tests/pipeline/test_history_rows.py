@@ -141,3 +141,23 @@ def test_only_the_most_recently_read_conversations_are_kept():
     kept.get(2)  # read: the most recent now
     kept.merge(4, None, 0, [], 10)
     assert kept.get(3) is None and kept.get(2) is not None
+
+
+class Row:
+    def __init__(self, row_id: int, text: str) -> None:
+        self.id, self.text = row_id, text
+
+
+def test_kept_text_stays_under_its_bound():
+    kept = KeptRows(size=10, max_chars=100)
+    kept.merge(1, None, 0, [Row(1, "x" * 40)], 10)
+    kept.merge(2, None, 0, [Row(2, "y" * 40)], 10)
+    kept.merge(3, None, 0, [Row(3, "z" * 40)], 10)  # 120 chars: the oldest goes
+    assert kept.get(1) is None and kept.get(2) is not None and kept.get(3) is not None
+    kept.merge(4, None, 0, [Row(4, "w" * 101)], 10)  # too much on its own: not kept
+    assert kept.get(4) is None and kept.get(3) is not None
+    kept.merge(5, None, 0, [Row(10, "a" * 10), Row(11, "b" * 10)], 3)
+    grown = kept.merge(5, kept.get(5), 0, [Row(12, "c" * 5), Row(13, "d" * 5)], 3)
+    assert [row.id for row in grown] == [11, 12, 13]  # the cap: the newest three
+    entry = kept.get(5)
+    assert entry is not None and (entry.chars, entry.count, entry.last_id) == (20, 4, 13)
