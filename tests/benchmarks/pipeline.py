@@ -268,13 +268,13 @@ async def minimal_bot_postgres(url: str, schema: str, n: int) -> tuple[float, fl
     return statistics.median(latencies), cpu / n * 1000
 
 
-async def on_postgres(n: int, new_users: bool) -> None:
+async def on_postgres(n: int, new_users: bool, spread: int = 50) -> None:
     """`sequential` in a fresh schema of the test PostgreSQL database, dropped after."""
     with tempfile.TemporaryDirectory() as tmp:
         db = Database("postgres", Path(tmp))
         await db.create()
         try:
-            await sequential(db.url, n, 50, new_users=new_users, schema=db.schema)
+            await sequential(db.url, n, spread, new_users=new_users, schema=db.schema)
         finally:
             await db.drop()
 
@@ -300,7 +300,13 @@ async def concurrent(url: str, conversations: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000)
-    parser.add_argument("--conversations", type=int, default=1000)
+    parser.add_argument("--conversations", type=int, default=1000, help="concurrent mode")
+    parser.add_argument(
+        "--spread",
+        type=int,
+        default=50,
+        help="conversations the sequential messages take turns in (fewer: longer histories)",
+    )
     parser.add_argument("--database-url", help="default: a fresh SQLite file")
     parser.add_argument(
         "--mode", choices=["sequential", "newusers", "concurrent", "both"], default="both"
@@ -309,7 +315,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if args.mode in ("sequential", "both"):
             url = args.database_url or f"sqlite+aiosqlite:///{Path(tmp) / 'seq.db'}"
-            asyncio.run(sequential(url, args.messages, 50))
+            asyncio.run(sequential(url, args.messages, args.spread))
         if args.mode in ("newusers", "both"):
             url = args.database_url or f"sqlite+aiosqlite:///{Path(tmp) / 'new.db'}"
             asyncio.run(sequential(url, args.messages, 50, new_users=True))
@@ -322,7 +328,7 @@ def main() -> None:
             print("PostgreSQL: skipped (set SWITCHBOARD_TEST_POSTGRES_URL)")
             return
         if args.mode in ("sequential", "both"):
-            asyncio.run(on_postgres(args.messages, new_users=False))
+            asyncio.run(on_postgres(args.messages, new_users=False, spread=args.spread))
         if args.mode in ("newusers", "both"):
             asyncio.run(on_postgres(args.messages, new_users=True))
 
