@@ -115,17 +115,11 @@ class Store:
         # other, which starves some under load; busy_timeout still covers other
         # processes (CLI commands) sharing the file.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
-        self._writer = async_sessionmaker(self.engine, class_=AsyncSession, expire_on_commit=False)
+        self._writer = _Sessions(self.engine)
         self._held: AsyncConnection | None = None
         self._held_writer = self._writer
-        self._urgent = async_sessionmaker(
-            self.urgent_engine, class_=AsyncSession, expire_on_commit=False
-        )
-        self._reader = async_sessionmaker(
-            self.engine.execution_options(**{_READONLY: True}),
-            class_=AsyncSession,
-            expire_on_commit=False,
-        )
+        self._urgent = _Sessions(self.urgent_engine)
+        self._reader = _Sessions(self.engine.execution_options(**{_READONLY: True}))
 
     @property
     def is_sqlite(self) -> bool:
@@ -159,7 +153,7 @@ class Store:
         async with self.write() as session:
             yield session
 
-    async def _sqlite_writer(self) -> async_sessionmaker[AsyncSession]:
+    async def _sqlite_writer(self) -> _Sessions:
         """(Under the write lock) Sessions on the one connection SQLite's writes
         use: they take turns on the lock anyway, so the connection stays
         checked out between them instead of going back to the pool and out
@@ -169,9 +163,7 @@ class Store:
         if held is None or held.closed or held.invalidated:
             await self._release_writer()
             held = self._held = await self.engine.connect()
-            self._held_writer = async_sessionmaker(
-                bind=held, class_=AsyncSession, expire_on_commit=False
-            )
+            self._held_writer = _Sessions(held)
         return self._held_writer
 
     async def _release_writer(self) -> None:
@@ -244,9 +236,35 @@ def _ensure_sqlite_dir(database: str | None) -> None:
         ) from exc
 
 
+class _Sessions:
+    """Sessions bound to one engine or connection, kept for reuse once closed
+    after a commit. A closed Session is as good as a new one (no transaction,
+    an empty identity map), and making one (the AsyncSession, its Session,
+    their proxies and weak references) costs about as much as running a
+    statement on SQLite. A session whose transaction failed is not kept."""
+
+    __slots__ = ("_idle", "_make")
+
+    KEEP = 64
+
+    def __init__(self, bind: AsyncEngine | AsyncConnection) -> None:
+        self._make = async_sessionmaker(bind, class_=AsyncSession, expire_on_commit=False)
+        self._idle: list[AsyncSession] = []
+
+    def take(self) -> AsyncSession:
+        return self._idle.pop() if self._idle else self._make()
+
+    def give(self, session: AsyncSession) -> None:
+        """(A session closed after its commit.)"""
+        if len(self._idle) < self.KEEP:
+            session.sync_session.info.clear()
+            self._idle.append(session)
+
+
 @asynccontextmanager
-async def _session(maker: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
-    """A session in a transaction, committed on exit and closed.
+async def _session(sessions: _Sessions) -> AsyncIterator[AsyncSession]:
+    """A session in a transaction, committed on exit and closed (and kept for
+    the next transaction).
 
     Beginning does no I/O (the connection is taken at the first statement), and
     neither does closing after a commit (the connection went back to the pool
@@ -255,7 +273,7 @@ async def _session(maker: async_sessionmaker[AsyncSession]) -> AsyncIterator[Asy
     close. After an error (in the body or the commit) the transaction is
     rolled back and the session closed by SQLAlchemy's own shielded close,
     which cancellation cannot interrupt (`_abandon`)."""
-    session = maker()
+    session = sessions.take()
     sync = session.sync_session
     sync.begin()
     try:
@@ -268,6 +286,7 @@ async def _session(maker: async_sessionmaker[AsyncSession]) -> AsyncIterator[Asy
         await session.close()
     else:
         sync.close()
+    sessions.give(session)
 
 
 async def _abandon(session: AsyncSession) -> None:

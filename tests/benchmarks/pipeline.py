@@ -39,6 +39,7 @@ from pathlib import Path
 import aiosqlite
 import asyncpg
 from sqlalchemy import event
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.app import App
@@ -120,20 +121,33 @@ async def open_app(url: str, delay: float, schema: str | None = None) -> tuple[A
 
 
 class SqlCounter:
-    """Statements and committed transactions on the app's engines."""
+    """Statements and committed transactions on the app's engines; of the
+    commits, those of a transaction that wrote (ran anything but a SELECT)."""
 
     def __init__(self, engines: set[AsyncEngine]) -> None:
         self.statements = 0
         self.commits = 0
+        self.writes = 0
         for engine in engines:
             event.listen(engine.sync_engine, "before_cursor_execute", self._statement)
             event.listen(engine.sync_engine, "commit", self._commit)
+            event.listen(engine.sync_engine, "rollback", self._rollback)
 
-    def _statement(self, *_: object) -> None:
+    def _statement(self, connection: Connection, _cursor: object, sql: str, *_: object) -> None:
         self.statements += 1
+        if sql.lstrip()[:6].upper() not in ("SELECT", "BEGIN"):
+            connection.info[_WROTE] = True
 
-    def _commit(self, *_: object) -> None:
+    def _commit(self, connection: Connection) -> None:
         self.commits += 1
+        if connection.info.pop(_WROTE, False):
+            self.writes += 1
+
+    def _rollback(self, connection: Connection) -> None:
+        connection.info.pop(_WROTE, None)
+
+
+_WROTE = "benchmark.wrote"
 
 
 async def sequential(
@@ -176,9 +190,50 @@ async def sequential(
         + (f"  (floor {floor[1]:.2f} ms)" if floor else "")
     )
     print(f"  statements   {counter.statements / n:8.1f} per message  (floor 5)")
-    print(f"  commits      {counter.commits / n:8.1f} per message  (floor 2)")
+    print(
+        f"  commits      {counter.commits / n:8.1f} per message,"
+        f" {counter.writes / n:.1f} of them writing (floor 2)"
+    )
     print(f"  peak RSS     {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")
     assert adapter.sent >= n
+
+
+FLOOR_TABLES = (
+    "CREATE TABLE inbox (event_id TEXT PRIMARY KEY, payload TEXT, status TEXT);"
+    "CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation TEXT, role TEXT,"
+    " content TEXT);"
+    "CREATE TABLE outbox (id INTEGER PRIMARY KEY, conversation TEXT, content TEXT);"
+)
+
+
+async def open_floor(url: str, name: str) -> aiosqlite.Connection:
+    db = await aiosqlite.connect(url.split("///", 1)[1] + name, isolation_level=None)
+    await db.execute("PRAGMA journal_mode=WAL")
+    await db.execute("PRAGMA synchronous=NORMAL")
+    await db.executescript(FLOOR_TABLES)
+    return db
+
+
+async def floor_accept(db: aiosqlite.Connection, i: int) -> None:
+    """The minimal bot's first transaction: the inbox row."""
+    await db.execute("BEGIN")
+    await db.execute("INSERT INTO inbox VALUES (?, ?, 'pending')", (f"e{i}", f"message number {i}"))
+    await db.execute("COMMIT")
+
+
+async def floor_finish(db: aiosqlite.Connection, i: int, conversation: str) -> None:
+    """Its second: the user's message and the reply, the outbox row, the inbox
+    row's status."""
+    await db.execute("BEGIN")
+    await db.executemany(
+        "INSERT INTO messages (conversation, role, content) VALUES (?, ?, ?)",
+        [(conversation, "user", f"message number {i}"), (conversation, "assistant", "ok")],
+    )
+    await db.execute(
+        "INSERT INTO outbox (conversation, content) VALUES (?, ?)", (conversation, "ok")
+    )
+    await db.execute("UPDATE inbox SET status = 'answered' WHERE event_id = ?", (f"e{i}",))
+    await db.execute("COMMIT")
 
 
 async def minimal_bot(url: str, n: int) -> tuple[float, float]:
@@ -186,39 +241,41 @@ async def minimal_bot(url: str, n: int) -> tuple[float, float]:
     user's message and the reply, the outbox row and the inbox row's status in
     a second one; on aiosqlite (a worker thread) in WAL mode. Returns (p50 ms,
     CPU ms) per message."""
-    path = url.split("///", 1)[1] + ".floor"
-    async with aiosqlite.connect(path, isolation_level=None) as db:
-        await db.execute("PRAGMA journal_mode=WAL")
-        await db.execute("PRAGMA synchronous=NORMAL")
-        await db.executescript(
-            "CREATE TABLE inbox (event_id TEXT PRIMARY KEY, payload TEXT, status TEXT);"
-            "CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation TEXT, role TEXT,"
-            " content TEXT);"
-            "CREATE TABLE outbox (id INTEGER PRIMARY KEY, conversation TEXT, content TEXT);"
-        )
+    db = await open_floor(url, ".floor")
+    try:
         latencies = []
         cpu = time.process_time()
         for i in range(n):
             t0 = time.perf_counter()
-            event_id, conversation = f"e{i}", f"c{i % 50}"
-            await db.execute("BEGIN")
-            await db.execute(
-                "INSERT INTO inbox VALUES (?, ?, 'pending')", (event_id, f"message number {i}")
-            )
-            await db.execute("COMMIT")
-            await db.execute("BEGIN")
-            await db.executemany(
-                "INSERT INTO messages (conversation, role, content) VALUES (?, ?, ?)",
-                [(conversation, "user", f"message number {i}"), (conversation, "assistant", "ok")],
-            )
-            await db.execute(
-                "INSERT INTO outbox (conversation, content) VALUES (?, ?)", (conversation, "ok")
-            )
-            await db.execute("UPDATE inbox SET status = 'answered' WHERE event_id = ?", (event_id,))
-            await db.execute("COMMIT")
+            await floor_accept(db, i)
+            await floor_finish(db, i, f"c{i % 50}")
             latencies.append((time.perf_counter() - t0) * 1000)
         cpu = time.process_time() - cpu
+    finally:
+        await db.close()
     return statistics.median(latencies), cpu / n * 1000
+
+
+async def minimal_bot_concurrent(url: str, n: int, delay: float) -> float:
+    """The floor for `concurrent`: `minimal_bot`'s two transactions per message
+    with the model's `delay` between them, n messages at once (transactions
+    take turns on the one connection). Returns the wall time."""
+    db = await open_floor(url, ".floor-concurrent")
+    turn = asyncio.Lock()
+
+    async def one(i: int) -> None:
+        async with turn:
+            await floor_accept(db, i)
+        await asyncio.sleep(delay)
+        async with turn:
+            await floor_finish(db, i, f"c{i}")
+
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        return time.perf_counter() - started
+    finally:
+        await db.close()
 
 
 async def minimal_bot_postgres(url: str, schema: str, n: int) -> tuple[float, float]:
@@ -287,12 +344,16 @@ async def concurrent(url: str, conversations: int) -> None:
     )
     elapsed = time.perf_counter() - started
     await app.close()
+    floor = (
+        await minimal_bot_concurrent(url, conversations, 1.0) if url.startswith("sqlite") else None
+    )
     answered = sum(o.status == "answered" for o in outcomes)
     others = sorted({o.status for o in outcomes} - {"answered"})
     print(f"concurrent: {conversations} conversations, provider sleeping 1 s each")
     print(
         f"  wall time    {elapsed:8.2f} s  ({answered} answered, {adapter.sent} sent)"
         + (f"; other outcomes: {', '.join(others)}" if others else "")
+        + (f"  (floor {floor:.2f} s)" if floor is not None else "")
     )
     print(f"  peak RSS     {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")
 
