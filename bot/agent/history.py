@@ -266,15 +266,40 @@ def group_rows(rows: Iterable[HistoryRow]) -> list[ChatMessage]:
     """Rows as alternating messages (consecutive rows of one side share a message)."""
     messages: list[ChatMessage] = []
     for row in rows:
-        role, block = _row_block(row)
+        role, block, alone = _row_message(row)
         if block is None:
             continue
         if messages and messages[-1].role == role:
             last = messages[-1]
             messages[-1] = ChatMessage(role, (*last.content, block))
         else:
-            messages.append(ChatMessage(role, (block,)))
+            messages.append(alone)
     return messages
+
+
+def _row_message(row: HistoryRow) -> tuple[Any, Block | None, ChatMessage]:
+    """The row's side, its block and the message of it alone. The history of a
+    conversation is built again for each of its messages from (mostly) the
+    same row objects (`bot.history_rows`): the rows met recently give the
+    same block and message objects as last time, so that what is known about
+    those (their token estimates) is not worked out again. Keyed by the row's
+    identity, the row kept alive with the entry (an id is never reused while
+    it is there); rows with long texts are not kept."""
+    known = _ROW_MESSAGES.get(id(row))
+    if known is not None and known[0] is row:
+        return known[1]
+    role, block = _row_block(row)
+    made = (role, block, ChatMessage(role, (block,) if block is not None else ()))
+    if len(row.text or "") <= _ROW_MESSAGE_MAX_CHARS:
+        if len(_ROW_MESSAGES) >= _ROW_MESSAGES_KEPT:
+            _ROW_MESSAGES.clear()
+        _ROW_MESSAGES[id(row)] = (row, made)
+    return made
+
+
+_ROW_MESSAGES: dict[int, tuple[HistoryRow, tuple[Any, Block | None, ChatMessage]]] = {}
+_ROW_MESSAGES_KEPT = 8192
+_ROW_MESSAGE_MAX_CHARS = 2048
 
 
 def _row_block(row: HistoryRow) -> tuple[Any, Block | None]:

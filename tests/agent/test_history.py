@@ -204,3 +204,36 @@ def test_build_history_puts_the_summary_first():
     ]
     assert valid(messages)
     assert build_history(rows, None, HistoryPolicy())[0].text == "question 0"
+
+
+def test_the_same_rows_again_give_the_same_messages_and_changed_rows_their_own():
+    from bot.agent.history import HistoryPolicy, Viewer, build_history
+
+    rows = [
+        HistoryRow("user", "hi", id=1, user_id=7),
+        HistoryRow("assistant", "let me look", id=2),
+        HistoryRow("tool_call", "", "t1", "a", {"q": 1}, id=3),
+        HistoryRow("tool_result", "r1", "t1", id=4),
+        HistoryRow("assistant", "done", id=5),
+        HistoryRow("user", "and you, Bob?", id=6, user_id=8),
+        HistoryRow("assistant", "x" * 5000, id=7),  # long: not remembered
+    ]
+    policy = HistoryPolicy(budget_tokens=100_000)
+    first = build_history(rows, None, policy, Viewer(7))
+    again = build_history(list(rows), None, policy, Viewer(7))
+    assert again == first
+    # A row met before gives the same message object (its token estimate is known).
+    assert again[0] is first[0]
+    # The same values in another row object: an equal message, built afresh.
+    copied = [HistoryRow(*row) for row in rows]
+    fresh = build_history(copied, None, policy, Viewer(7))
+    assert fresh == first and fresh[0] is not first[0]
+    # Rows changed since (another row object) are never answered from what was kept.
+    edited = [rows[0]._replace(text="hello"), *rows[1:]]
+    assert build_history(edited, None, policy, Viewer(7))[0].content == (TextBlock("hello"),)
+    # Bob's message is marked as someone else's for Alice (viewer 7); for Bob it is his own.
+    for_bob = build_history(rows, None, policy, Viewer(8))
+    assert for_bob[-2].content[-1] == TextBlock("and you, Bob?")
+    assert build_history(rows, None, policy, Viewer(7))[-2].content[-1] != TextBlock(
+        "and you, Bob?"
+    )
