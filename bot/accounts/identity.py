@@ -43,9 +43,10 @@ class UserRecord:
         return f"{self.platform}:{self.platform_user_id}"
 
 
-Also = Callable[[AsyncSession], Awaitable[Callable[[], None]]]
-"""Work for the transaction that creates an account (given its session): it
-writes, and returns what to call once that transaction has committed."""
+Also = Callable[[AsyncSession, int], Awaitable[Callable[[], None]]]
+"""Work for the transaction that creates an account (given its session and the
+new account's id): it writes, and returns what to call once that transaction
+has committed."""
 
 
 def current_period() -> str:
@@ -199,7 +200,7 @@ class Identity:
             (link.id,) = await insert_returning_ids(session, [link])
             budget = new_row(Budget, user_id=user.id, period=current_period())
             await insert_rows(session, [budget], wait=False)  # the commit raises a failure
-            committed = await also(session) if also is not None else None
+            committed = await also(session, user.id) if also is not None else None
         if committed is not None:
             committed()
         log.info(

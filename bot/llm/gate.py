@@ -18,7 +18,7 @@ import contextlib
 import heapq
 import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from typing import Protocol
 
@@ -38,6 +38,17 @@ class Provider(Protocol):
 arrival: ContextVar[float | None] = ContextVar("llm_arrival", default=None)
 """When the message being answered arrived (a `time.time()` timestamp); the key
 of its LLM calls in the queue. Unset: the time of the call itself."""
+
+
+@contextlib.contextmanager
+def arrived(at: float) -> Iterator[None]:
+    """While a message that arrived `at` is handled, its LLM calls queue by
+    that (oldest first)."""
+    token = arrival.set(at)
+    try:
+        yield
+    finally:
+        arrival.reset(token)
 
 
 class FairLimiter:

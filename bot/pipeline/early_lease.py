@@ -4,7 +4,9 @@ A message is stored in the inbox before anything else; its run then needs the
 conversation's lease (one run per conversation across instances) and what other
 instances left waiting for it. For a returning user's message to a conversation
 this process is not working on, both go into the inbox's transaction instead of
-one of their own: one write fewer on every such message.
+one of their own: one write fewer on every such message. A new user's first
+message takes them in the transaction that creates the account and the
+conversation (`for_account`).
 
 The lease is held here until the next run of that conversation in this process
 takes it over (`take`), whichever message that run answers first. Only one is
@@ -23,8 +25,11 @@ from dataclasses import dataclass
 
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from bot.accounts.identity import Also, Identity
+from bot.pipeline.control import RunControl
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Taken
 from bot.store.leases import Held, Leases
+from bot.types import IncomingMessage
 
 log = logging.getLogger("switchboard.pipeline")
 
@@ -49,13 +54,28 @@ class Attempt:
     user_id: int
     future: asyncio.Future[Early]
     took: Early = NOTHING
+    stored: bool = False
+    """(`for_account`) the account's transaction, which took the lease, committed"""
 
 
 class EarlyLeases:
-    def __init__(self, leases: Leases, inbox: Inbox) -> None:
+    def __init__(
+        self, leases: Leases, inbox: Inbox, identity: Identity, control: RunControl
+    ) -> None:
         self._leases = leases
         self._inbox = inbox
+        self._identity = identity
+        self._control = control
         self._by_key: dict[str, asyncio.Future[Early]] = {}
+
+    def at_intake(self, msg: IncomingMessage) -> Attempt | None:
+        """The attempt for a message (not a command) to take its
+        conversation's lease in the inbox's transaction: a returning user's
+        message to a conversation not being worked on here; else None."""
+        user = self._identity.known(msg)
+        if msg.source != "user" or user is None or self._control.busy(msg.conversation_key):
+            return None
+        return self.attempt(msg.conversation_key, user.id)
 
     def attempt(self, key: str, user_id: int) -> Attempt | None:
         """Claim the right to take `key`'s lease at intake; None when a message
@@ -79,8 +99,39 @@ class EarlyLeases:
 
         return take
 
+    def for_account(self, msg: IncomingMessage, also: Also) -> tuple[Also, Attempt | None]:
+        """For `msg` (not a command), `also` for the transaction that would
+        create its sender's account (`Identity.resolve`), and the attempt: a
+        new user's message to a conversation not being worked on here takes
+        the conversation's lease in that transaction, after `also`. `settle`
+        the attempt with `attempt.stored` once `resolve` returned or failed
+        (the account may have been there after all: no transaction)."""
+        key = msg.conversation_key
+        if msg.source != "user" or self._identity.known(msg) is not None:
+            return also, None  # no account to create
+        if self._control.busy(key):
+            return also, None
+        attempt = self.attempt(key, 0)
+        if attempt is None:
+            return also, None
+        take = self.step(attempt)
+
+        async def with_lease(session: AsyncSession, user_id: int) -> Callable[[], None]:
+            committed = await also(session, user_id)
+            attempt.user_id = user_id
+            await take(session)
+
+            def stored() -> None:
+                attempt.stored = True
+                committed()
+
+            return stored
+
+        return with_lease, attempt
+
     def settle(self, attempt: Attempt, committed: bool) -> None:
-        """The inbox's transaction ended: committed (and the message stored) or not."""
+        """The transaction that took the lease ended: committed (and the
+        message stored, or the account created) or not."""
         if not committed:
             attempt.took = NOTHING
         early = attempt.took

@@ -25,19 +25,22 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
+from functools import partial
+
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.accounts.identity import UserRecord
 from bot.agent.content import user_content
 from bot.agent.guard import BLOCKED_REPLY
 from bot.agent.state import RunInput
-from bot.conversations import ConversationRecord
+from bot.conversations import ConversationRecord, Conversations
 from bot.errors import ShuttingDown
-from bot.llm.gate import arrival
+from bot.llm.gate import arrived
 from bot.logs import current_run_id, run_scope
 from bot.pipeline.admission import Admission, current_slot, waiting
 from bot.pipeline.control import Batch, Ticket
 from bot.pipeline.delivery import Delivery, Ended
-from bot.pipeline.early_lease import Attempt, Early, EarlyLeases
+from bot.pipeline.early_lease import Early, EarlyLeases
 from bot.pipeline.intake import CONVERSATION_LEASE, Taken, with_event_id
 from bot.pipeline.runner import INTERNAL_ERROR_REPLY, Runner
 from bot.pipeline.services import Services
@@ -67,7 +70,9 @@ class Pipeline:
         """(platform, event id) of the messages this process is handling."""
         inbox = services.settings.inbox
         self._admission = Admission(inbox.max_busy, inbox.max_loop_lag_ms / 1000)
-        self._early = EarlyLeases(services.leases, services.inbox)
+        self._early = EarlyLeases(
+            services.leases, services.inbox, services.identity, services.control
+        )
         self._closed = False
 
     # -- adapters -----------------------------------------------------------
@@ -122,9 +127,10 @@ class Pipeline:
                     return Outcome("context")
                 return Outcome("ignored")
             msg = with_event_id(msg)
-            # A wakeup's durable record is its job's claimed fire, not the inbox.
-            attempt = self._early_attempt(msg)
+            command = msg.source == "user" and self.s.commands.is_command(msg.text)
+            attempt = None if command else self._early.at_intake(msg)
             try:
+                # A wakeup's durable record is its job's claimed fire, not the inbox.
                 if msg.source == "user":
                     also = self._early.step(attempt) if attempt else None
                     accepted = False
@@ -139,8 +145,9 @@ class Pipeline:
                 if on_accepted is not None:  # durably ours: the platform may forget it now
                     on_accepted()
                 self._hold(msg)
-                async with _arrived(msg), self._admission.slot():
-                    return await self._process(msg, deliver)
+                with arrived(msg.received_at.timestamp()):
+                    async with self._admission.slot():
+                        return await self._process(msg, deliver)
             finally:
                 if attempt is not None and (left := self._early.leftover(attempt)) is not None:
                     await asyncio.shield(self._hand_back(left))
@@ -148,19 +155,9 @@ class Pipeline:
     async def resume(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome:
         """Run a message taken over from the inbox (already claimed)."""
         self._hold(msg)
-        async with self._tracked(), _arrived(msg), self._admission.slot():
-            return await self._process(msg, deliver)
-
-    def _early_attempt(self, msg: IncomingMessage) -> Attempt | None:
-        """Take the conversation's lease with the message (`bot.pipeline.early_lease`):
-        a returning user's message (not a command) to a conversation not being
-        worked on here."""
-        if msg.source != "user" or self.s.commands.is_command(msg.text):
-            return None
-        user = self.s.identity.known(msg)
-        if user is None or self.s.control.busy(msg.conversation_key):
-            return None
-        return self._early.attempt(msg.conversation_key, user.id)
+        with arrived(msg.received_at.timestamp()):
+            async with self._tracked(), self._admission.slot():
+                return await self._process(msg, deliver)
 
     async def _hand_back(self, early: Early) -> None:
         """A lease taken at intake that no run took over: free it; what it took
@@ -199,16 +196,21 @@ class Pipeline:
                 self._active.discard(task)
 
     async def _process(self, msg: IncomingMessage, deliver: bool) -> Outcome:
+        attempt = None
         try:
             msg = await self._delivery.fetch_files(msg)
             command = msg.source == "user" and self.s.commands.is_command(msg.text)
-            # A new user's account and their conversation: one transaction.
-            conversations = self.s.conversations
-            also = None if command else (lambda session: conversations.resolve_in(session, msg))
-            user = await self.s.identity.resolve(msg, also=also)
+            # A new user's account, their conversation and its lease: one transaction.
+            resolve_in = partial(_resolve_in, self.s.conversations, msg)
+            also, attempt = (None, None) if command else self._early.for_account(msg, resolve_in)
+            try:
+                user = await self.s.identity.resolve(msg, also=also)
+            finally:
+                if attempt is not None:
+                    self._early.settle(attempt, committed=attempt.stored)
             if command:
                 return await self._command(msg, user, deliver)
-            conversation = await conversations.resolve(msg)
+            conversation = await self.s.conversations.resolve(msg)
             prepared = await self._prepare(msg, user, conversation, deliver)
             if isinstance(prepared, Outcome):
                 return prepared
@@ -235,6 +237,9 @@ class Pipeline:
             reply = self._reply(msg, INTERNAL_ERROR_REPLY, "error")
             error = f"{type(exc).__name__}: {exc}"
             return await self._end(msg, Outcome("failed", (reply,)), deliver, error=error)
+        finally:
+            if attempt is not None and (left := self._early.leftover(attempt)) is not None:
+                await asyncio.shield(self._hand_back(left))
 
     def _addressed(self, msg: IncomingMessage) -> bool:
         return msg.addressed or not self.s.settings.require_mention(msg.platform)
@@ -489,12 +494,7 @@ class Pipeline:
             log.exception("inbox.finish_failed platform=%s", msg.platform)
 
 
-@contextlib.asynccontextmanager
-async def _arrived(msg: IncomingMessage) -> AsyncIterator[None]:
-    """While `msg` is handled, its LLM calls queue by when it arrived (oldest
-    first, `bot.llm.gate`)."""
-    token = arrival.set(msg.received_at.timestamp())
-    try:
-        yield
-    finally:
-        arrival.reset(token)
+async def _resolve_in(
+    conversations: Conversations, msg: IncomingMessage, session: AsyncSession, _user_id: int
+) -> Callable[[], None]:
+    return await conversations.resolve_in(session, msg)

@@ -1,7 +1,8 @@
-"""The conversation's lease taken with the message, at intake
-(`bot.pipeline.early_lease`): the run takes it over; a message that ends
-without a run hands it back; what other instances left for the conversation
-runs with it; a lease held elsewhere is left alone. SQLite and PostgreSQL."""
+"""The conversation's lease taken with the message, at intake, or for a new
+user's first message with their account (`bot.pipeline.early_lease`): the run
+takes it over; a message that ends without a run hands it back; what other
+instances left for the conversation runs with it; a lease held elsewhere is
+left alone. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -133,3 +134,80 @@ async def test_when_the_intake_transaction_fails_after_the_lease_nothing_is_kept
     assert (await app.pipeline.handle(again)).status == "duplicate"
     assert fake_anthropic.request_count == calls + 1
     assert await leases_held(app) == []
+
+
+async def test_a_new_users_message_refused_before_its_run_hands_the_lease_back(
+    make_app, fake_anthropic
+):
+    app = await open_app(make_app)
+    too_big = Attachment(
+        "document", "f1", "video.mp4", "video/mp4", 50_000_000, problem="too large"
+    )
+    refused = await app.pipeline.handle(message("", attachments=(too_big,)))
+    assert refused.status == "refused"
+    assert await leases_held(app) == []  # taken with the account, handed back
+    assert (await app.pipeline.handle(message("now a real question"))).status == "answered"
+    assert await leases_held(app) == []
+
+
+async def test_a_new_users_message_runs_with_what_another_instance_left_for_the_conversation(
+    make_app, fake_anthropic
+):
+    """Another instance accepted a message of a new user and left it waiting
+    (it found the conversation busy); a second message of theirs arrives here
+    first: the account's transaction takes the lease and that message, and one
+    run answers both, oldest first."""
+    app = await open_app(make_app)
+    other = Inbox(app.store, "instance-b", 30)
+    left = dataclasses.replace(message("left for you"), event_id="b-1")
+    assert await other.accept(left)
+    assert await other.requeue(left.platform, ["b-1"]) == 1
+    seen: list[str] = []
+
+    def answer(body):  # type: ignore[no-untyped-def]
+        seen.append(last_user_text(body))
+        return text_reply("ok")
+
+    fake_anthropic.responder = answer
+    assert (await app.pipeline.handle(message("and this"))).status == "answered"
+    await app.pipeline.idle()
+    assert len(seen) == 1
+    assert seen[0].index("left for you") < seen[0].index("and this")
+    async with app.store.read() as s:
+        states = (await s.exec(select(InboxItem.state))).all()
+    assert set(states) == {"answered"}
+    assert await leases_held(app) == []
+
+
+async def test_when_the_account_transaction_fails_after_the_lease_nothing_is_kept(
+    make_app, fake_anthropic, monkeypatch
+):
+    """The database fails the transaction creating a new user's account after
+    the conversation's lease was taken in it: no account, no lease stays
+    behind, the message is answered with an error notice, and the next one
+    creates the account and is answered."""
+    from sqlmodel import func
+
+    from bot.store.models import User
+
+    app = await open_app(make_app)
+    inbox = app.pipeline.s.inbox
+    claim = inbox.claim_pending
+
+    async def cut(key, limit=100, session=None):  # type: ignore[no-untyped-def]
+        if session is not None:
+            raise ConnectionError("database cut")
+        return await claim(key, limit, session)
+
+    monkeypatch.setattr(inbox, "claim_pending", cut)
+    calls = fake_anthropic.request_count
+    assert (await app.pipeline.handle(message("hello", event_id="e1"))).status == "failed"
+    assert fake_anthropic.request_count == calls
+    assert await leases_held(app) == []
+    async with app.store.read() as s:
+        assert (await s.exec(select(func.count()).select_from(User))).one() == 0
+    monkeypatch.setattr(inbox, "claim_pending", claim)
+    assert (await app.pipeline.handle(message("hello again", event_id="e2"))).status == "answered"
+    assert await leases_held(app) == []
+    async with app.store.read() as s:
+        assert (await s.exec(select(func.count()).select_from(User))).one() == 1
