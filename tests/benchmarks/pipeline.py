@@ -4,8 +4,9 @@ Mode "sequential": N messages, one after another, through the real pipeline
 (SQLite file database, dedupe, identity, budget, persona, conversation,
 history, persistence, token logs) with an in-process provider that answers
 immediately, no tools. Prints messages/s, p50/p99 latency, CPU per message,
-SQL statements and committed transactions per message and peak RSS; beside
-them the floor: a minimal durable bot on aiosqlite doing the same essential I/O
+SQL statements and committed transactions (all, and those that wrote) per
+message, counted on a second, untimed pass of the same messages, and peak RSS;
+beside them the floor: a minimal durable bot on aiosqlite doing the same essential I/O
 per message (store the event in an inbox, then one transaction with both
 messages, the reply in an outbox and the inbox row marked done).
 
@@ -14,7 +15,9 @@ user in a new conversation (user, platform link, budget and conversation are
 created on the way); prints the same figures.
 
 Mode "concurrent": C conversations at once, the provider sleeping 1 s per call;
-prints the total wall time (ideal: just over 1 s).
+prints the total wall time (ideal: just over 1 s) and beside it the minimal
+bot's: its two transactions per message with the same 1 s between them, C at
+once.
 
     python -m tests.benchmarks.pipeline [--messages 2000] [--conversations 1000]
         [--database-url URL] [--mode sequential|newusers|concurrent|both]
@@ -157,7 +160,6 @@ async def sequential(
     for i in range(50):  # warm up: create users and conversations, fill caches
         await app.pipeline.handle(msg(-i - 1, i % conversations))
     mode = "new" if new_users else "seq"  # "new": conversation i, a new user each time
-    counter = SqlCounter({app.store.engine, app.store.urgent_engine})
     latencies = []
     cpu = time.process_time()
     started = time.perf_counter()
@@ -168,6 +170,7 @@ async def sequential(
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu
     await app.close()
+    counter = await count_statements(url, n, conversations, new_users, schema)
     latencies.sort()
     p50 = statistics.median(latencies)
     if url.startswith("sqlite"):
@@ -234,6 +237,23 @@ async def floor_finish(db: aiosqlite.Connection, i: int, conversation: str) -> N
     )
     await db.execute("UPDATE inbox SET status = 'answered' WHERE event_id = ?", (f"e{i}",))
     await db.execute("COMMIT")
+
+
+async def count_statements(
+    url: str, n: int, conversations: int, new_users: bool, schema: str | None
+) -> SqlCounter:
+    """`sequential`'s messages again, in conversations of their own, untimed,
+    with their statements counted (a listener called per statement costs time
+    the service never spends)."""
+    app, _ = await open_app(url, 0.0, schema)
+    mode = "cnew" if new_users else "cseq"
+    for i in range(50):
+        await app.pipeline.handle(msg(-i - 1, i % conversations, mode))
+    counter = SqlCounter({app.store.engine, app.store.urgent_engine})
+    for i in range(n):
+        await app.pipeline.handle(msg(i, i if new_users else i % conversations, mode))
+    await app.close()
+    return counter
 
 
 async def minimal_bot(url: str, n: int) -> tuple[float, float]:
