@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import InvalidatePoolError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.util.concurrency import await_
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import StartupError
@@ -88,7 +89,6 @@ class Store:
                 "pool_size": pool_size,
                 "max_overflow": max_overflow,
                 "pool_timeout": pool_timeout,
-                "pool_pre_ping": True,
             }
             if schema:
                 connect_args["server_settings"] = {"search_path": schema}
@@ -105,11 +105,13 @@ class Store:
                 pool_size=URGENT_POOL_SIZE,
                 max_overflow=URGENT_POOL_SIZE * 2,
                 pool_timeout=pool_timeout,
-                pool_pre_ping=True,
             )
         if self.dialect == "sqlite":
             on_loop = sqlite_on_loop and "async_creator" in pool
             _tune_sqlite(self.engine, busy_timeout_ms, on_loop)
+        else:
+            for engine in {self.engine, self.urgent_engine}:
+                _ping_on_checkout(engine)
         # SQLite has one writer at a time. Queue this process's writers on a lock
         # (fair, FIFO) instead of letting them poll busy_timeout against each
         # other, which starves some under load; busy_timeout still covers other
@@ -119,7 +121,13 @@ class Store:
         self._held: AsyncConnection | None = None
         self._held_writer = self._writer
         self._urgent = _Sessions(self.urgent_engine)
-        self._reader = _Sessions(self.engine.execution_options(**{_READONLY: True}))
+        # Reads run outside a transaction on both (SQLite: no BEGIN, see
+        # `_tune_sqlite`; PostgreSQL: autocommit, no BEGIN and COMMIT round
+        # trips); at READ COMMITTED each statement saw its own snapshot anyway.
+        reading: dict[str, Any] = {_READONLY: True}
+        if self.dialect != "sqlite":
+            reading["isolation_level"] = "AUTOCOMMIT"
+        self._reader = _Sessions(self.engine.execution_options(**reading))
 
     @property
     def is_sqlite(self) -> bool:
@@ -185,8 +193,8 @@ class Store:
 
     @asynccontextmanager
     async def read(self, *, heavy: bool = False) -> AsyncIterator[AsyncSession]:
-        """A session for reads (on SQLite: autocommit statements, never blocking
-        writers; several statements are not one snapshot). `heavy`: reads that
+        """A session for reads: autocommit statements (on SQLite never blocking
+        writers); several statements are not one snapshot. `heavy`: reads that
         may scan much (reports), kept off the event loop's thread on SQLite."""
         if not heavy:
             async with _session(self._reader) as session:
@@ -341,6 +349,32 @@ def _private_sqlite_file(database: str | None) -> None:
             "database.file_mode files=%s: readable beyond its owner; `chmod 600` them",
             ",".join(wide),
         )
+
+
+_FRESH = "switchboard_fresh"
+
+
+def _ping_on_checkout(engine: AsyncEngine) -> None:
+    """PostgreSQL: a connection taken from the pool is checked first, as
+    `pool_pre_ping` does, with one `SELECT 1` (the simple protocol: no
+    prepared statement). SQLAlchemy's own ping for asyncpg wraps it in BEGIN
+    and ROLLBACK, for PgBouncer's transaction mode: three round trips per
+    checkout, and a message takes several. A connection the server dropped
+    (a restart, a terminated backend) is replaced, and the pool's other
+    connections from before then with it; a new one is not pinged."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _fresh(_dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+        record.info[_FRESH] = True
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _ping(dbapi_conn: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        if record.info.pop(_FRESH, False):
+            return
+        try:
+            await_(dbapi_conn.driver_connection.execute("SELECT 1"))
+        except Exception as exc:  # the connection is gone: take another
+            raise InvalidatePoolError(f"{type(exc).__name__} on checkout") from exc
 
 
 def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int, on_loop: bool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from sqlalchemy import text
 
 from bot.store import Store
@@ -87,3 +88,53 @@ async def test_roundtrip_keeps_aware_utc_datetimes(store: Store):
         loaded = await session.get(User, user.id)
     assert loaded is not None and loaded.created_at.utcoffset() is not None
     assert abs((loaded.created_at - user.created_at).total_seconds()) < 1
+
+
+async def test_a_pooled_connection_the_server_dropped_is_replaced_on_checkout(
+    database: Database,
+):
+    """PostgreSQL: the backend of the pool's one idle connection is terminated
+    (a restart, an administrator): the next transaction finds out when it takes
+    the connection from the pool, and runs on a new one instead of failing."""
+    if database.backend != "postgres":
+        pytest.skip("a server connection to cut")
+    store = database.store(pool_size=1, max_overflow=0)
+    await store.upgrade()
+    try:
+        async with store.write() as session:
+            session.add(User(display_name="before", role="guest"))
+            pid = (await session.exec(text("SELECT pg_backend_pid()"))).one()[0]  # type: ignore[call-overload]
+        async with store.read() as session:  # a live connection is kept, not replaced
+            same = (await session.exec(text("SELECT pg_backend_pid()"))).one()[0]  # type: ignore[call-overload]
+        assert same == pid
+        async with store.urgent_engine.connect() as other:
+            await other.execute(text(f"SELECT pg_terminate_backend({int(pid)})"))
+        async with store.write() as session:  # the same pool: its one connection was cut
+            session.add(User(display_name="after", role="guest"))
+            again = (await session.exec(text("SELECT pg_backend_pid()"))).one()[0]  # type: ignore[call-overload]
+        assert again != pid
+        async with store.read() as session:
+            names = (await session.exec(text("SELECT display_name FROM users"))).all()  # type: ignore[call-overload]
+        assert sorted(n[0] for n in names) == ["after", "before"]
+    finally:
+        await store.dispose()
+
+
+async def test_postgres_reads_take_no_transaction_and_writes_one(database: Database):
+    """PostgreSQL: a read session's statements run in autocommit (no BEGIN and
+    COMMIT round trips; at READ COMMITTED each saw its own snapshot anyway); a
+    write session's are one transaction."""
+    if database.backend != "postgres":
+        pytest.skip("SQLite's reads take no transaction either (no BEGIN is sent)")
+    store = database.store()
+    await store.upgrade()
+    xid = text("SELECT txid_current()")
+    try:
+        async with store.read() as session:
+            first, second = [(await session.exec(xid)).one()[0] for _ in range(2)]  # type: ignore[call-overload]
+        assert first != second
+        async with store.write() as session:
+            first, second = [(await session.exec(xid)).one()[0] for _ in range(2)]  # type: ignore[call-overload]
+        assert first == second
+    finally:
+        await store.dispose()
