@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -68,6 +69,8 @@ class Burst:
     """model requests per message"""
     cpu_s: float
     """the process's CPU over the burst"""
+    slack_calls: dict[str, float]
+    """Web API calls per message, by method"""
 
 
 Key = tuple[str, str | None]
@@ -129,6 +132,7 @@ async def burst(process: Service, fakes: Rig, shape: str, n: int, tag: str) -> B
     url = process.url + "/slack/events"
     acks: list[float] = []
     calls_before = fakes.model.request_count
+    slack_before = len(fakes.slack.calls)
     cpu_before = cpu_seconds(process.proc.pid)
     since = len(fakes.slack.messages)
     fakes.model_delay = MODEL_S
@@ -155,6 +159,12 @@ async def burst(process: Service, fakes: Rig, shape: str, n: int, tag: str) -> B
         unacked=sum(1 for a in attempts if a == 0),
         llm_calls=(fakes.model.request_count - calls_before) / n,
         cpu_s=cpu,
+        slack_calls={
+            method: count / n
+            for method, count in Counter(
+                call.method for call in fakes.slack.calls[slack_before:]
+            ).most_common()
+        },
     )
 
 
@@ -219,3 +229,11 @@ def report(shape: str, n: int, ours: Burst, floor: Burst) -> None:
         print(f"    never acked     {ours.unacked:8d}   (minimal bot {floor.unacked})")
     print(f"    LLM calls/msg   {ours.llm_calls:8.2f}   (minimal bot {floor.llm_calls:.2f})")
     print(f"    process CPU     {ours.cpu_s:8.2f} s   (minimal bot {floor.cpu_s:.2f} s)")
+    print(
+        f"    Slack calls/msg {sum(ours.slack_calls.values()):8.2f}   "
+        f"({calls(ours)}; minimal bot {calls(floor)})"
+    )
+
+
+def calls(burst: Burst) -> str:
+    return ", ".join(f"{method} {per:.2f}" for method, per in burst.slack_calls.items())
