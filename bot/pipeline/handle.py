@@ -160,8 +160,8 @@ class Pipeline:
                 return await self._process(msg, deliver)
 
     async def _hand_back(self, early: Early) -> None:
-        """A lease taken at intake that no run took over: free it; what it took
-        from the inbox runs as if taken over."""
+        """A lease taken early (at intake, or with a new account) that no run
+        took over: free it; what it took from the inbox runs as if taken over."""
         await self._early.release(early)
         for item in early.waiting:
             self._resume_later(item)
