@@ -44,11 +44,16 @@ async def test_a_message_refused_before_its_run_hands_the_lease_back(make_app, f
     assert await leases_held(app) == []
 
 
+@pytest.mark.parametrize("sender", ["returning", "new"])
 async def test_a_message_left_by_another_instance_runs_before_the_one_that_took_the_lease(
-    make_app, fake_anthropic
+    make_app, fake_anthropic, sender
 ):
+    """The lease taken at intake (a returning user) or with the account (a new
+    user, whose first message another instance took) comes with what waited
+    for the conversation: one run answers both, oldest first."""
     app = await open_app(make_app)
-    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    if sender == "returning":
+        assert (await app.pipeline.handle(message("hi"))).status == "answered"
     # Another instance accepted a message for this conversation and left it
     # waiting (its run found the conversation busy).
     other = Inbox(app.store, "instance-b", 30)
@@ -147,35 +152,6 @@ async def test_a_new_users_message_refused_before_its_run_hands_the_lease_back(
     assert refused.status == "refused"
     assert await leases_held(app) == []  # taken with the account, handed back
     assert (await app.pipeline.handle(message("now a real question"))).status == "answered"
-    assert await leases_held(app) == []
-
-
-async def test_a_new_users_message_runs_with_what_another_instance_left_for_the_conversation(
-    make_app, fake_anthropic
-):
-    """Another instance accepted a message of a new user and left it waiting
-    (it found the conversation busy); a second message of theirs arrives here
-    first: the account's transaction takes the lease and that message, and one
-    run answers both, oldest first."""
-    app = await open_app(make_app)
-    other = Inbox(app.store, "instance-b", 30)
-    left = dataclasses.replace(message("left for you"), event_id="b-1")
-    assert await other.accept(left)
-    assert await other.requeue(left.platform, ["b-1"]) == 1
-    seen: list[str] = []
-
-    def answer(body):  # type: ignore[no-untyped-def]
-        seen.append(last_user_text(body))
-        return text_reply("ok")
-
-    fake_anthropic.responder = answer
-    assert (await app.pipeline.handle(message("and this"))).status == "answered"
-    await app.pipeline.idle()
-    assert len(seen) == 1
-    assert seen[0].index("left for you") < seen[0].index("and this")
-    async with app.store.read() as s:
-        states = (await s.exec(select(InboxItem.state))).all()
-    assert set(states) == {"answered"}
     assert await leases_held(app) == []
 
 
