@@ -10,11 +10,11 @@ import asyncio
 import dataclasses
 
 import pytest
-from sqlmodel import select
+from sqlmodel import func, select
 
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox
 from bot.store.leases import Leases
-from bot.store.models import InboxItem, Lease
+from bot.store.models import InboxItem, Lease, User
 from bot.types import Attachment
 from tests.fakes.anthropic import last_user_text, text_reply
 from tests.harness import RecordingAdapter, message
@@ -24,6 +24,20 @@ async def open_app(make_app):  # type: ignore[no-untyped-def]
     app = await make_app(budgets={"guest": "unlimited"})
     app.attach(RecordingAdapter())
     return app
+
+
+def cut_claims_in_transactions(inbox: Inbox, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The database fails the claim of waiting messages when it runs inside a
+    transaction that took the conversation's lease; returns the real claim."""
+    claim = inbox.claim_pending
+
+    async def cut(key, limit=100, session=None):  # type: ignore[no-untyped-def]
+        if session is not None:
+            raise ConnectionError("database cut")
+        return await claim(key, limit, session)
+
+    monkeypatch.setattr(inbox, "claim_pending", cut)
+    return claim
 
 
 async def leases_held(app) -> list[Lease]:  # type: ignore[no-untyped-def]
@@ -119,14 +133,7 @@ async def test_when_the_intake_transaction_fails_after_the_lease_nothing_is_kept
     app = await open_app(make_app)
     assert (await app.pipeline.handle(message("hi"))).status == "answered"
     inbox = app.pipeline.s.inbox
-    claim = inbox.claim_pending
-
-    async def cut(key, limit=100, session=None):  # type: ignore[no-untyped-def]
-        if session is not None:
-            raise ConnectionError("database cut")
-        return await claim(key, limit, session)
-
-    monkeypatch.setattr(inbox, "claim_pending", cut)
+    claim = cut_claims_in_transactions(inbox, monkeypatch)
     again = message("are you there?", event_id="ev-1")
     with pytest.raises(ConnectionError):  # the platform is not acknowledged
         await app.pipeline.handle(again)
@@ -162,20 +169,9 @@ async def test_when_the_account_transaction_fails_after_the_lease_nothing_is_kep
     the conversation's lease was taken in it: no account, no lease stays
     behind, the message is answered with an error notice, and the next one
     creates the account and is answered."""
-    from sqlmodel import func
-
-    from bot.store.models import User
-
     app = await open_app(make_app)
     inbox = app.pipeline.s.inbox
-    claim = inbox.claim_pending
-
-    async def cut(key, limit=100, session=None):  # type: ignore[no-untyped-def]
-        if session is not None:
-            raise ConnectionError("database cut")
-        return await claim(key, limit, session)
-
-    monkeypatch.setattr(inbox, "claim_pending", cut)
+    claim = cut_claims_in_transactions(inbox, monkeypatch)
     calls = fake_anthropic.request_count
     assert (await app.pipeline.handle(message("hello", event_id="e1"))).status == "failed"
     assert fake_anthropic.request_count == calls
