@@ -9,7 +9,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import sqlalchemy
 from sqlalchemy import bindparam, exists, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
@@ -142,38 +144,31 @@ class Identity:
                 found = await self._find(platform, platform_user_id)
                 if found is None:
                     raise
-        user, link = found
         wanted_owner = f"{platform}:{platform_user_id}" in self._owners
-        role = Role(user.role)
+        role = Role(found.role)
         if (
             (wanted_owner and role is not Role.OWNER)
-            or (display_name and link.display_name != display_name)
-            or (username and link.username != username)
+            or (display_name and found.link_display_name != display_name)
+            or (username and found.username != username)
         ):
-            role = await self._refresh(user, link, wanted_owner, display_name, username)
-        assert user.id is not None
+            role = await self._refresh(found, wanted_owner, display_name, username)
         return UserRecord(
-            id=user.id,
+            id=found.user_id,
             role=role,
-            display_name=display_name or link.display_name or user.display_name,
+            display_name=display_name or found.link_display_name or found.user_display_name,
             platform=platform,
             platform_user_id=platform_user_id,
         )
 
     async def find_account(self, platform: str, platform_user_id: str) -> int | None:
         found = await self._find(platform, platform_user_id)
-        return None if found is None else found[0].id
+        return None if found is None else found.user_id
 
-    async def _find(self, platform: str, platform_user_id: str) -> tuple[User, PlatformLink] | None:
+    async def _find(self, platform: str, platform_user_id: str) -> _Account | None:
         params = {"a_platform": platform, "a_user": platform_user_id}
         async with self._store.read() as session:
             row = (await execute(session, _FIND, params)).first()
-        if row is None:
-            return None
-        split = len(_USER_KEYS)
-        user = User(**dict(zip(_USER_KEYS, row[:split], strict=True)))
-        link = PlatformLink(**dict(zip(_LINK_KEYS, row[split:], strict=True)))
-        return user, link
+        return None if row is None else _Account(*row)
 
     async def _create(
         self,
@@ -182,56 +177,57 @@ class Identity:
         display_name: str | None,
         username: str | None,
         also: Also | None = None,
-    ) -> tuple[User, PlatformLink]:
+    ) -> _Account:
         """The user, its platform link and its budget (and `also`): one
-        transaction of three Core INSERTs. Raises `IntegrityError` (nothing
-        written) when the link was created concurrently."""
+        transaction of three Core INSERTs (rows as column values: a model
+        object costs more to make than its INSERT). Raises `IntegrityError`
+        (nothing written) when the link was created concurrently."""
         role = Role.OWNER if f"{platform}:{platform_user_id}" in self._owners else Role.GUEST
-        user = User(display_name=display_name, role=role.value)
         async with self._store.write() as session:
-            (user.id,) = await insert_returning_ids(session, [user])
-            link = PlatformLink(
-                user_id=user.id,
+            user = new_row(User, display_name=display_name, role=role.value)
+            (user_id,) = await insert_returning_ids(session, [user])
+            link = new_row(
+                PlatformLink,
+                user_id=user_id,
                 platform=platform,
                 platform_user_id=platform_user_id,
                 display_name=display_name,
                 username=username,
             )
-            (link.id,) = await insert_returning_ids(session, [link])
-            budget = new_row(Budget, user_id=user.id, period=current_period())
+            (link_id,) = await insert_returning_ids(session, [link])
+            budget = new_row(Budget, user_id=user_id, period=current_period())
             await insert_rows(session, [budget], wait=False)  # the commit raises a failure
-            committed = await also(session, user.id) if also is not None else None
+            committed = await also(session, user_id) if also is not None else None
         if committed is not None:
             committed()
         log.info(
-            "user.created id=%s account=%s:%s role=%s", user.id, platform, platform_user_id, role
+            "user.created id=%s account=%s:%s role=%s", user_id, platform, platform_user_id, role
         )
         for tell in self._on_created:
-            tell(user.id)
-        return user, link
+            tell(user_id)
+        return _Account(user_id, role.value, display_name, link_id, display_name, username)
 
     async def _refresh(
         self,
-        user: User,
-        link: PlatformLink,
+        found: _Account,
         make_owner: bool,
         display_name: str | None,
         username: str | None,
     ) -> Role:
         async with self._store.write() as session:
-            if make_owner and user.role != Role.OWNER.value:
-                db_user = await session.get(User, user.id)
+            if make_owner and found.role != Role.OWNER.value:
+                db_user = await session.get(User, found.user_id)
                 assert db_user is not None
                 db_user.role = Role.OWNER.value
                 db_user.updated_at = utcnow()
-                log.info("user.promoted id=%s role=owner (listed in admin.owners)", user.id)
-            db_link = await session.get(PlatformLink, link.id)
+                log.info("user.promoted id=%s role=owner (listed in admin.owners)", found.user_id)
+            db_link = await session.get(PlatformLink, found.link_id)
             assert db_link is not None
             if display_name:
                 db_link.display_name = display_name
             if username:
                 db_link.username = username
-        return Role.OWNER if make_owner else Role(user.role)
+        return Role.OWNER if make_owner else Role(found.role)
 
     async def claim_first_owner(
         self, platform: str, platform_user_id: str, display_name: str | None = None
@@ -264,10 +260,26 @@ class Identity:
         return UserRecord(record.id, Role.OWNER, record.display_name, platform, platform_user_id)
 
 
-_USER_KEYS = tuple(column.key for column in User.__table__.columns)  # type: ignore[attr-defined]
-_LINK_KEYS = tuple(column.key for column in PlatformLink.__table__.columns)  # type: ignore[attr-defined]
+class _Account(NamedTuple):
+    """What resolving an account needs of its user and link rows."""
+
+    user_id: int
+    role: str
+    user_display_name: str | None
+    link_id: int
+    link_display_name: str | None
+    username: str | None
+
+
 _FIND = (
-    select(*User.__table__.columns, *PlatformLink.__table__.columns)  # type: ignore[attr-defined]
+    sqlalchemy.select(
+        col(User.id),
+        col(User.role),
+        col(User.display_name),
+        col(PlatformLink.id),
+        col(PlatformLink.display_name),
+        col(PlatformLink.username),
+    )
     .join(PlatformLink, col(PlatformLink.user_id) == col(User.id))
     .where(
         col(PlatformLink.platform) == bindparam("a_platform"),
