@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import stat
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -352,27 +353,52 @@ def _private_sqlite_file(database: str | None) -> None:
 
 
 _FRESH = "switchboard_fresh"
+_RETURNED = "switchboard_returned"
+
+PING_IDLE_S = 2.0
+"""A pooled PostgreSQL connection idle longer than this is pinged when taken
+from the pool; one used more recently is only checked for having been closed."""
 
 
 def _ping_on_checkout(engine: AsyncEngine) -> None:
     """PostgreSQL: a connection taken from the pool is checked first, as
     `pool_pre_ping` does, with one `SELECT 1` (the simple protocol: no
-    prepared statement). SQLAlchemy's own ping for asyncpg wraps it in BEGIN
-    and ROLLBACK, for PgBouncer's transaction mode: three round trips per
-    checkout, and a message takes several. A connection the server dropped
-    (a restart, a terminated backend) is replaced, and the pool's other
-    connections from before then with it; a new one is not pinged."""
+    prepared statement) when it sat in the pool longer than `PING_IDLE_S`.
+    SQLAlchemy's own ping for asyncpg wraps it in BEGIN and ROLLBACK, for
+    PgBouncer's transaction mode: three round trips per checkout, and a message
+    takes several (each a send on the socket: about a fifth of the service's
+    CPU on PostgreSQL went to those sends).
+
+    A connection the server closed (a restart, a terminated backend: the
+    server says so and closes the socket, which asyncpg sees as it happens) is
+    known closed without a round trip, whatever its idle time; so only one
+    idle for a while is pinged, for what a closed socket does not tell (a
+    connection dropped on the way without a word). Either way it is replaced,
+    and the pool's other connections from before then with it, as pre-ping
+    does; a new one is not checked. What is left: a backend that ended in the
+    last `PING_IDLE_S` whose goodbye has not reached us yet fails the transaction
+    that takes it (as any database failure does), and the pool replaces it."""
 
     @event.listens_for(engine.sync_engine, "connect")
     def _fresh(_dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
         record.info[_FRESH] = True
 
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _returned(_dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+        record.info[_RETURNED] = time.monotonic()
+
     @event.listens_for(engine.sync_engine, "checkout")
     def _ping(dbapi_conn: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
-        if record.info.pop(_FRESH, False):
+        info = record.info
+        if info.pop(_FRESH, False):
+            return
+        driver = dbapi_conn.driver_connection
+        if driver.is_closed():
+            raise InvalidatePoolError("closed by the server while in the pool")
+        if time.monotonic() - info.get(_RETURNED, 0.0) < PING_IDLE_S:
             return
         try:
-            await_(dbapi_conn.driver_connection.execute("SELECT 1"))
+            await_(driver.execute("SELECT 1"))
         except Exception as exc:  # the connection is gone: take another
             raise InvalidatePoolError(f"{type(exc).__name__} on checkout") from exc
 

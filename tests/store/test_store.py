@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
-from bot.store import Store
+from bot.store import Store, db
 from bot.store.migrate import current, drift
 from bot.store.models import User
 from tests.conftest import Database
@@ -107,8 +108,8 @@ async def test_a_pooled_connection_the_server_dropped_is_replaced_on_checkout(
         async with store.read() as session:  # a live connection is kept, not replaced
             same = (await session.exec(text("SELECT pg_backend_pid()"))).one()[0]  # type: ignore[call-overload]
         assert same == pid
-        async with store.urgent_engine.connect() as other:
-            await other.execute(text(f"SELECT pg_terminate_backend({int(pid)})"))
+        await _terminate(store, pid)
+        await asyncio.sleep(0.2)  # the server's goodbye reaches the idle connection
         async with store.write() as session:  # the same pool: its one connection was cut
             session.add(User(display_name="after", role="guest"))
             again = (await session.exec(text("SELECT pg_backend_pid()"))).one()[0]  # type: ignore[call-overload]
@@ -116,6 +117,86 @@ async def test_a_pooled_connection_the_server_dropped_is_replaced_on_checkout(
         async with store.read() as session:
             names = (await session.exec(text("SELECT display_name FROM users"))).all()  # type: ignore[call-overload]
         assert sorted(n[0] for n in names) == ["after", "before"]
+    finally:
+        await store.dispose()
+
+
+async def _terminate(store: Store, pid: int) -> None:
+    """End backend `pid` from another connection, and wait until it is gone
+    (pg_terminate_backend only signals it)."""
+    async with store.urgent_engine.connect() as other:
+        await other.execute(text(f"SELECT pg_terminate_backend({int(pid)})"))
+        alive = text(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {int(pid)}")
+        for _ in range(500):
+            if (await other.execute(alive)).scalar_one() == 0:
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError(f"backend {pid} still there")
+
+
+async def test_a_connection_cut_as_it_is_taken_fails_one_transaction_only(
+    database: Database,
+):
+    """PostgreSQL: a connection used a moment ago is not pinged, so one whose
+    backend ends just as it is taken (before its goodbye has reached us) fails
+    the transaction that takes it, cleanly, with nothing of it written; the pool
+    replaces it, and the next transaction runs on a new backend."""
+    if database.backend != "postgres":
+        pytest.skip("a server connection to cut")
+    store = database.store(pool_size=1, max_overflow=0)
+    await store.upgrade()
+    try:
+        for attempt in range(5):
+            async with store.read() as session:
+                pid = (await session.exec(text("SELECT pg_backend_pid()"))).one()[0]  # type: ignore[call-overload]
+            await _terminate(store, pid)
+            written = True
+            try:
+                async with store.write() as session:
+                    session.add(User(display_name=f"cut {attempt}", role="guest"))
+                    await session.exec(text("SELECT 1"))  # type: ignore[call-overload]
+            except DBAPIError:
+                written = False
+            async with store.write() as session:
+                session.add(User(display_name=f"next {attempt}", role="guest"))
+                again = (await session.exec(text("SELECT pg_backend_pid()"))).one()[0]  # type: ignore[call-overload]
+            assert again != pid
+            async with store.read() as session:
+                rows = (await session.exec(text("SELECT display_name FROM users"))).all()  # type: ignore[call-overload]
+            names = {row[0] for row in rows}
+            assert f"next {attempt}" in names
+            assert (f"cut {attempt}" in names) is written
+    finally:
+        await store.dispose()
+
+
+async def test_a_pooled_connection_is_pinged_only_after_sitting_idle(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+):
+    """PostgreSQL: a connection taken from the pool right after it was used is
+    not pinged (a round trip per checkout, several per message); one that sat
+    in the pool longer than PING_IDLE_S is, with one `SELECT 1`. Seen from the
+    server: the backend's last query."""
+    if database.backend != "postgres":
+        pytest.skip("SQLite's connections are not pinged")
+    monkeypatch.setattr(db, "PING_IDLE_S", 0.3)
+    store = database.store(pool_size=1, max_overflow=0)
+    await store.upgrade()
+
+    async def last_query(pid: int) -> str:
+        async with store.urgent_engine.connect() as other:
+            sql = f"SELECT query FROM pg_stat_activity WHERE pid = {pid}"
+            return str((await other.execute(text(sql))).scalar_one())
+
+    try:
+        async with store.engine.connect() as conn:
+            pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        async with store.engine.connect():  # taken again at once
+            assert await last_query(pid) != "SELECT 1"
+        await asyncio.sleep(0.4)
+        async with store.engine.connect() as conn:  # after sitting idle
+            assert await last_query(pid) == "SELECT 1"
+            assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one() == pid
     finally:
         await store.dispose()
 
