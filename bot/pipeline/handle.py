@@ -41,6 +41,7 @@ from bot.pipeline.admission import Admission, current_slot, waiting
 from bot.pipeline.control import Batch, Ticket
 from bot.pipeline.delivery import Delivery, Ended
 from bot.pipeline.early_lease import Early, EarlyLeases
+from bot.pipeline.hand_back import hand_back
 from bot.pipeline.intake import CONVERSATION_LEASE, Taken, with_event_id
 from bot.pipeline.runner import INTERNAL_ERROR_REPLY, Runner
 from bot.pipeline.services import Services
@@ -406,12 +407,7 @@ class Pipeline:
         for it (they run next, here); then free the lease — in one transaction.
         (When something waits here, its run adopts them first.)"""
         try:
-            async with self.s.store.write() as session:
-                await self._delivery.record_ended(ended, session)
-                taken = []
-                if not self.s.control.queued(key):
-                    taken = await self.s.inbox.claim_pending(key, session=session)
-                await self.s.leases.release(held, session=session)
+            taken = await hand_back(self.s, key, held, ended)
         except Exception:
             log.exception("inbox.pending_not_taken conversation=%s (the sweep will)", key)
         else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,7 +34,7 @@ from bot.pipeline.codec import decode, encode
 from bot.ports import ChannelMark
 from bot.store import Store
 from bot.store.models import InboxItem, Lease
-from bot.store.rows import execute
+from bot.store.rows import Write, execute
 from bot.types import IncomingMessage, utcnow
 
 log = logging.getLogger("switchboard.inbox")
@@ -263,17 +263,23 @@ class Inbox:
         """Take the messages waiting for a conversation this instance runs (in
         `session`'s transaction when given: the one taking the conversation's
         lease, or the one handing it back)."""
+        statement, params = self.claiming(conversation_key)
+        if session is None:
+            async with self._store.write() as own:
+                rows = (await execute(own, statement, params)).all()
+        else:
+            rows = (await execute(session, statement, params)).all()
+        return taken(rows, limit)
+
+    def claiming(self, conversation_key: str) -> Write:
+        """`claim_pending`'s statement and parameters, for a caller's combined
+        write (its rows, given to `taken`, are the messages taken)."""
         params = {
             "i_key": conversation_key,
             "i_owner": self.owner,
             "i_expires": utcnow() + self.lease,
         }
-        if session is None:
-            async with self._store.write() as own:
-                rows = (await execute(own, _CLAIM_PENDING, params)).all()
-        else:
-            rows = (await execute(session, _CLAIM_PENDING, params)).all()
-        return sorted((_taken(row) for row in rows), key=lambda t: t.id)[:limit]
+        return _CLAIM_PENDING, params
 
     async def backlog(self) -> tuple[int, datetime | None]:
         """Open messages (waiting or being worked on) and when the oldest was
@@ -366,6 +372,11 @@ _TAKEN_COLUMNS = (
 def _taken(row: Any) -> Taken:
     id_, platform, event_id, key, attempts, payload, deliver, drafts = row
     return Taken(id_, platform, event_id, key, attempts, payload, deliver, tuple(drafts or ()))
+
+
+def taken(rows: Iterable[Any], limit: int = 100) -> list[Taken]:
+    """The messages a claim's rows took, oldest first, at most `limit`."""
+    return sorted((_taken(row) for row in rows), key=lambda t: t.id)[:limit]
 
 
 _ACCEPT = insert(InboxItem)

@@ -22,7 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import OutboxItem
-from bot.store.rows import execute, insert_returning_ids, new_row
+from bot.store.rows import Write, execute, insert_returning_ids, new_row
 from bot.types import Button, Reply, Target, utcnow
 
 log = logging.getLogger("switchboard.outbox")
@@ -121,6 +121,17 @@ class Outbox:
         session: AsyncSession | None = None,
     ) -> None:
         """Record how a delivery ended (in `session`'s transaction when given)."""
+        _, params = self.finished(outbox_id, state, part_ids, error)
+        if session is not None:
+            await execute(session, _FINISH, params, wait=False)  # the commit raises a failure
+            return
+        async with self._store.write() as own:
+            await execute(own, _FINISH, params)
+
+    def finished(
+        self, outbox_id: int, state: str, part_ids: Sequence[str], error: str | None = None
+    ) -> Write:
+        """`finish`'s statement and parameters, for a caller's combined write."""
         params = {
             "o_id": outbox_id,
             "o_state": state,
@@ -128,11 +139,7 @@ class Outbox:
             "o_now": utcnow(),
             "o_error": error[:2000] if error else None,
         }
-        if session is not None:
-            await execute(session, _FINISH, params, wait=False)  # the commit raises a failure
-            return
-        async with self._store.write() as own:
-            await execute(own, _FINISH, params)
+        return _FINISH, params
 
     async def renew(self) -> int:
         async with self._store.write() as session:

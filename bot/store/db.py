@@ -129,6 +129,7 @@ class Store:
         if self.dialect != "sqlite":
             reading["isolation_level"] = "AUTOCOMMIT"
         self._reader = _Sessions(self.engine.execution_options(**reading))
+        self._alone = _Sessions(self.engine.execution_options(isolation_level="AUTOCOMMIT"))
 
     @property
     def is_sqlite(self) -> bool:
@@ -151,6 +152,18 @@ class Store:
                 # does not reach the driver); the next write checks one out.
                 await self._release_writer()
                 raise
+
+    @asynccontextmanager
+    async def write_one(self) -> AsyncIterator[AsyncSession]:
+        """A session for one write statement, atomic by itself (several parts
+        combined: `bot.store.rows.combined`): on PostgreSQL in autocommit, no
+        BEGIN and COMMIT round trips; on SQLite, `write()`."""
+        if self._write_lock is not None:
+            async with self.write() as session:
+                yield session
+            return
+        async with _session(self._alone) as session:
+            yield session
 
     @asynccontextmanager
     async def write_urgent(self) -> AsyncIterator[AsyncSession]:

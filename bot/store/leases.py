@@ -24,7 +24,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.db import Store
 from bot.store.models import Lease
-from bot.store.rows import execute
+from bot.store.rows import Write, execute
 from bot.types import utcnow
 
 
@@ -85,12 +85,16 @@ class Leases:
 
     async def release(self, held: Held, session: AsyncSession | None = None) -> None:
         """Free `held` (in `session`'s transaction when given)."""
-        params = {"l_name": held.name, "l_token": held.token}
+        _, params = self.releasing(held)
         if session is not None:
             await execute(session, _RELEASE, params, wait=False)  # the commit raises a failure
             return
         async with self._store.write() as own:
             await execute(own, _RELEASE, params)
+
+    def releasing(self, held: Held) -> Write:
+        """`release`'s statement and parameters, for a caller's combined write."""
+        return _RELEASE, {"l_name": held.name, "l_token": held.token}
 
     async def renew(self) -> list[str]:
         """Extend this instance's leases; returns the ones asked to stop."""

@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic_core import PydanticUndefined
-from sqlalchemy import Executable, Table, insert
+from sqlalchemy import BindParameter, Executable, Table, bindparam, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import visitors
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -185,3 +186,42 @@ def _insert(table: Table, *, returning: bool = False, many: bool = False) -> Any
             stmt = stmt.returning(table.c.id, sort_by_parameter_order=many)
         _STATEMENTS[key] = stmt
     return stmt
+
+
+Write = tuple[Any, dict[str, Any]]
+"""A prepared statement and its parameters."""
+
+_COMBINED: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+
+
+def combined(main: Write, others: Sequence[Write]) -> Write:
+    """PostgreSQL: `main` with `others` as data-modifying CTEs — one statement,
+    one round trip, atomic by itself. Only for writes that touch different
+    rows and read nothing the others write: the parts of one statement all see
+    the database as it was before it. Each part's parameters are renamed
+    apart (several parts may be the same statement); the statement is built
+    once per combination of parts."""
+    parts = (main[0], *(statement for statement, _ in others))
+    key = tuple(id(part) for part in parts)
+    known = _COMBINED.get(key)
+    if known is None or any(a is not b for a, b in zip(known[0], parts, strict=True)):
+        ctes = [
+            _renamed(statement, params, f"_{i}").cte(f"w{i}")
+            for i, (statement, params) in enumerate(others)
+        ]
+        known = _COMBINED[key] = (parts, main[0].add_cte(*ctes))
+    params = dict(main[1])
+    for i, (_, values) in enumerate(others):
+        params.update({f"{name}_{i}": value for name, value in values.items()})
+    return known[1], params
+
+
+def _renamed(statement: Any, params: dict[str, Any], suffix: str) -> Any:
+    """`statement` with its named parameters (those in `params`) renamed `name + suffix`."""
+
+    def rename(element: Any, **_: Any) -> Any:
+        if isinstance(element, BindParameter) and element.key in params:
+            return bindparam(element.key + suffix, type_=element.type)
+        return None
+
+    return visitors.replacement_traverse(statement, {}, rename)
