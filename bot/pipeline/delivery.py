@@ -11,8 +11,6 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from sqlmodel.ext.asyncio.session import AsyncSession
-
 from bot.metrics import Metrics
 from bot.pipeline.intake import Inbox
 from bot.pipeline.outbox import Outbox, OutboxProgress, Outgoing
@@ -86,19 +84,13 @@ class Delivery:
 
     async def send_all(self, items: Sequence[Outgoing], ended: list[Ended] | None = None) -> None:
         """Deliver `items`; with `ended`, how each ended is appended there for the
-        caller to record in a transaction of its own (`record_ended`) instead of
+        caller to record in a write of its own (`bot.pipeline.hand_back`) instead of
         one write per reply."""
         for number, item in enumerate(items, 1):
             await self.deliver(item, ended, final=number == len(items))
 
-    async def record_ended(self, ended: Sequence[Ended], session: AsyncSession) -> None:
-        for end in ended:
-            await self.outbox.finish(
-                end.outbox_id, end.state, end.parts, end.error, session=session
-            )
-
     async def finish_ended(self, ended: Sequence[Ended]) -> None:
-        """`record_ended` when the caller's transaction failed: one by one, retried."""
+        """Record `ended` when the caller's write failed: one by one, retried."""
         for end in ended:
             await self._finish(end.outbox_id, end.state, list(end.parts), end.error)
 

@@ -43,6 +43,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.errors import StartupError
 from bot.store import sqlite_driver
 from bot.store.diagnose import explain, missing_tables
+from bot.store.rows import flush_deferred
 
 log = logging.getLogger("switchboard.store")
 
@@ -300,6 +301,8 @@ async def _session(sessions: _Sessions) -> AsyncIterator[AsyncSession]:
     sync.begin()
     try:
         yield session
+        if sync.info:
+            await flush_deferred(session)
         await session.commit()
     except BaseException:
         await _abandon(session)

@@ -24,10 +24,11 @@ from pydantic_core import PydanticUndefined
 from sqlalchemy import BindParameter, Executable, Table, bindparam, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import visitors
+from sqlalchemy.sql.dml import Insert
 from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.store import direct
+from bot.store import asyncpg_driver, direct
 
 
 async def execute(
@@ -39,15 +40,48 @@ async def execute(
     (`bot.store.direct`). The result offers `all`, `first`, `one`, `scalar`,
     iteration and `rowcount`.
 
-    `wait=False`, for a write whose outcome the caller does not read: on
-    SQLite it is queued and None returned at once (no round trip); if it
-    fails, the transaction's next statement or its commit raises the error,
-    so the transaction never commits without it."""
+    `wait=False`, for a write whose outcome the caller does not read: None
+    is returned at once, without a round trip. On SQLite it is queued; on
+    PostgreSQL it is kept back and sent as a part (a data-modifying CTE,
+    `combined`) of the transaction's next statement run here, or alone before
+    the commit; so that next statement must not read or write its rows (it
+    sees the database as it was before both). Statements run on the session
+    directly (the ORM) in between do not send it, nor see it. If it fails, the
+    transaction's next statement or its commit raises the error, so the
+    transaction never commits without it."""
     connection = await _connection(session)
     driver = direct.driver_of(connection, statement, params)
-    if driver is not None:
-        return await direct.run(connection, driver, statement, params, wait=wait)
-    return await connection.execute(statement, params)
+    info = session.sync_session.info
+    if driver is None:
+        await flush_deferred(session)
+        return await connection.execute(statement, params)
+    if isinstance(driver, asyncpg_driver.Driver):
+        pending = info.get(_DEFERRED)
+        if isinstance(params, list):  # an executemany: sent on its own, after them
+            if pending:
+                await flush_deferred(session)
+        elif not wait:
+            info.setdefault(_DEFERRED, []).append((statement, params))
+            return None
+        elif pending:
+            del info[_DEFERRED]
+            statement, params = combined((statement, params), pending)
+    return await direct.run(connection, driver, statement, params, wait=wait)
+
+
+async def flush_deferred(session: AsyncSession) -> None:
+    """PostgreSQL: send the writes `execute` kept back (`wait=False`), as one
+    statement; the commit calls this first (`bot.store.db`)."""
+    pending = session.sync_session.info.pop(_DEFERRED, None)
+    if pending:
+        statement, params = combined(pending[-1], pending[:-1])
+        connection = await _connection(session)
+        driver = direct.driver_of(connection, statement, params)
+        assert driver is not None
+        await direct.run(connection, driver, statement, params)
+
+
+_DEFERRED = "switchboard.rows.deferred"
 
 
 async def _connection(session: AsyncSession) -> AsyncConnection:
@@ -191,7 +225,7 @@ def _insert(table: Table, *, returning: bool = False, many: bool = False) -> Any
 Write = tuple[Any, dict[str, Any]]
 """A prepared statement and its parameters."""
 
-_COMBINED: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+_COMBINED: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
 
 
 def combined(main: Write, others: Sequence[Write]) -> Write:
@@ -200,9 +234,12 @@ def combined(main: Write, others: Sequence[Write]) -> Write:
     rows and read nothing the others write: the parts of one statement all see
     the database as it was before it. Each part's parameters are renamed
     apart (several parts may be the same statement); the statement is built
-    once per combination of parts."""
+    once per combination of parts and parameter names."""
     parts = (main[0], *(statement for statement, _ in others))
-    key = tuple(id(part) for part in parts)
+    key = (
+        tuple(id(part) for part in parts),
+        tuple(tuple(params) for _, params in others),
+    )
     known = _COMBINED.get(key)
     if known is None or any(a is not b for a, b in zip(known[0], parts, strict=True)):
         ctes = [
@@ -217,7 +254,14 @@ def combined(main: Write, others: Sequence[Write]) -> Write:
 
 
 def _renamed(statement: Any, params: dict[str, Any], suffix: str) -> Any:
-    """`statement` with its named parameters (those in `params`) renamed `name + suffix`."""
+    """`statement` with its named parameters (those in `params`) renamed
+    `name + suffix`; an INSERT given its values as parameters (`_insert`) gets
+    them as explicit values so named."""
+    if isinstance(statement, Insert) and statement._values is None:
+        columns = statement.table.c
+        return statement.values(
+            {key: bindparam(key + suffix, type_=columns[key].type) for key in params}
+        )
 
     def rename(element: Any, **_: Any) -> Any:
         if isinstance(element, BindParameter) and element.key in params:

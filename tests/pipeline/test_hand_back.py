@@ -5,6 +5,7 @@ statement."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -63,6 +64,16 @@ async def states(app) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
     return {"inbox": list(inbox), "outbox": list(outbox)}
 
 
+async def settled(app) -> dict[str, list[str]]:  # type: ignore[no-untyped-def]
+    """`states` once the last run has recorded its end (after its send)."""
+    for _ in range(200):
+        now = await states(app)
+        if "pending" not in now["outbox"] and not await leases_held(app):
+            return now
+        await asyncio.sleep(0.02)
+    return await states(app)
+
+
 async def test_a_message_left_during_a_run_is_taken_at_its_end_and_answered_next(
     make_app, fake_anthropic
 ):
@@ -81,7 +92,7 @@ async def test_a_message_left_during_a_run_is_taken_at_its_end_and_answered_next
     assert len(asked) == 2
     assert "left during the run" in asked[1] and "hi" not in asked[1]
     assert adapter.texts == ["answer 1", "answer 2"]
-    assert await states(app) == {"inbox": ["answered"] * 2, "outbox": ["sent"] * 2}
+    assert await settled(app) == {"inbox": ["answered"] * 2, "outbox": ["sent"] * 2}
     assert await leases_held(app) == []
     ends = [s for s in seen if "DELETE FROM leases" in s]
     if app.store.is_sqlite:  # one transaction of three statements

@@ -9,6 +9,7 @@ transaction."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -249,15 +250,54 @@ async def test_an_error_after_a_queued_failure_rolls_back_and_the_next_transacti
 ):
     async with store.write() as session:
         await insert_rows(session, items("e1"))
-    # (PostgreSQL runs the insert at once, so its error comes first there.)
-    with pytest.raises(RuntimeError if store.is_sqlite else IntegrityError):
+    with pytest.raises(RuntimeError):
         async with store.write() as session:
             await insert_rows(session, items("e1"), wait=False)
             raise RuntimeError("mine")
     async with store.write() as session:
         await insert_rows(session, items("e2"), wait=False)
+        await execute(session, text("SELECT 1"))  # sends it, on its own
         claimed = (await execute(session, CLAIM, {"t_key": "c1", "t_until": CREATED})).all()
     assert sorted(row[0] for row in claimed) == ["e1", "e2"]
+
+
+async def test_postgres_sends_a_kept_back_write_with_the_next_statement(store: Store):
+    """PostgreSQL: a write not waited for goes out with the transaction's next
+    statement, as a data-modifying CTE of it (one round trip for both), which
+    sees the table as it was before both; SQLite runs them in order."""
+    async with store.write() as session:
+        await insert_rows(session, items("e1"))
+    with _statements(store) as seen:
+        async with store.write() as session:
+            await insert_rows(session, items("e2"), wait=False)
+            claimed = (await execute(session, CLAIM, {"t_key": "c1", "t_until": CREATED})).all()
+            after = (await execute(session, CLAIM, {"t_key": "c1", "t_until": CREATED})).all()
+    if store.is_sqlite:
+        assert sorted(row[0] for row in claimed) == ["e1", "e2"]
+        kinds = [s.split()[0] for s in seen if s != "BEGIN IMMEDIATE"]
+        assert kinds == ["INSERT", "UPDATE", "UPDATE"]
+    else:
+        assert [row[0] for row in claimed] == ["e1"]  # e2 is not there yet for it
+        assert seen[0].startswith("WITH w0 AS (INSERT INTO inbox") and "UPDATE inbox" in seen[0]
+        assert len(seen) == 2
+    assert sorted(row[0] for row in after) == ["e1", "e2"]  # the next statement sees it
+
+
+def _statements(store: Store):  # type: ignore[no-untyped-def]
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    @contextlib.contextmanager
+    def watching():  # type: ignore[no-untyped-def]
+        event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+        try:
+            yield seen
+        finally:
+            event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+
+    return watching()
 
 
 async def test_queued_statements_never_run_outside_their_transaction(
