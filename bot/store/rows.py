@@ -226,6 +226,8 @@ Write = tuple[Any, dict[str, Any]]
 """A prepared statement and its parameters."""
 
 _COMBINED: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+MAX_COMBINED = 256
+"""Combinations kept built (the hot path uses a handful)."""
 
 
 def combined(main: Write, others: Sequence[Write]) -> Write:
@@ -246,6 +248,8 @@ def combined(main: Write, others: Sequence[Write]) -> Write:
             _renamed(statement, params, f"_{i}").cte(f"w{i}")
             for i, (statement, params) in enumerate(others)
         ]
+        if len(_COMBINED) >= MAX_COMBINED:
+            _COMBINED.clear()
         known = _COMBINED[key] = (parts, main[0].add_cte(*ctes))
     params = dict(main[1])
     for i, (_, values) in enumerate(others):
