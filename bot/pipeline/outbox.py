@@ -117,16 +117,11 @@ class Outbox:
         state: str,
         part_ids: Sequence[str],
         error: str | None = None,
-        *,
-        session: AsyncSession | None = None,
     ) -> None:
-        """Record how a delivery ended (in `session`'s transaction when given)."""
-        _, params = self.finished(outbox_id, state, part_ids, error)
-        if session is not None:
-            await execute(session, _FINISH, params, wait=False)  # the commit raises a failure
-            return
-        async with self._store.write() as own:
-            await execute(own, _FINISH, params)
+        """Record how a delivery ended, in a transaction of its own (after a
+        run, `bot.pipeline.hand_back` writes it with the rest, `finished`)."""
+        async with self._store.write() as session:
+            await execute(session, *self.finished(outbox_id, state, part_ids, error))
 
     def finished(
         self, outbox_id: int, state: str, part_ids: Sequence[str], error: str | None = None

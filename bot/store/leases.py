@@ -83,14 +83,11 @@ class Leases:
             row = (await execute(session, self._acquire, params)).first()
         return Held(name, token) if row is not None else None
 
-    async def release(self, held: Held, session: AsyncSession | None = None) -> None:
-        """Free `held` (in `session`'s transaction when given)."""
-        _, params = self.releasing(held)
-        if session is not None:
-            await execute(session, _RELEASE, params, wait=False)  # the commit raises a failure
-            return
-        async with self._store.write() as own:
-            await execute(own, _RELEASE, params)
+    async def release(self, held: Held) -> None:
+        """Free `held`, in a transaction of its own (after a run,
+        `bot.pipeline.hand_back` writes it with the rest, `releasing`)."""
+        async with self._store.write() as session:
+            await execute(session, *self.releasing(held))
 
     def releasing(self, held: Held) -> Write:
         """`release`'s statement and parameters, for a caller's combined write."""
