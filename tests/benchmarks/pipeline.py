@@ -31,13 +31,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import resource
 import secrets
 import statistics
 import tempfile
 import time
+from asyncio import selector_events
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 import asyncpg
@@ -131,6 +135,8 @@ class SqlCounter:
         self.statements = 0
         self.commits = 0
         self.writes = 0
+        self.round_trips = 0
+        """socket writes (a client-server database's round trips)"""
         for engine in engines:
             event.listen(engine.sync_engine, "before_cursor_execute", self._statement)
             event.listen(engine.sync_engine, "commit", self._commit)
@@ -151,6 +157,25 @@ class SqlCounter:
 
 
 _WROTE = "benchmark.wrote"
+
+
+@contextlib.contextmanager
+def socket_writes() -> Iterator[list[int]]:
+    """Writes to the event loop's socket transports inside the block: for a
+    database client, one per round trip (a statement, a BEGIN, a COMMIT, a
+    ping). Counted by wrapping the transport's `write` (untimed passes only)."""
+    count = [0]
+    real = selector_events._SelectorSocketTransport.write
+
+    def write(transport: Any, data: Any) -> None:
+        count[0] += 1
+        real(transport, data)
+
+    selector_events._SelectorSocketTransport.write = write  # type: ignore[method-assign]
+    try:
+        yield count
+    finally:
+        selector_events._SelectorSocketTransport.write = real  # type: ignore[method-assign]
 
 
 async def sequential(
@@ -174,7 +199,7 @@ async def sequential(
     latencies.sort()
     p50 = statistics.median(latencies)
     if url.startswith("sqlite"):
-        floor: tuple[float, float] | None = await minimal_bot(url, n)
+        floor: tuple[float, ...] | None = await minimal_bot(url, n)
     else:
         floor = await minimal_bot_postgres(url, schema, n) if schema else None
     where = "SQLite" if url.startswith("sqlite") else "PostgreSQL"
@@ -193,6 +218,11 @@ async def sequential(
         + (f"  (floor {floor[1]:.2f} ms)" if floor else "")
     )
     print(f"  statements   {counter.statements / n:8.1f} per message  (floor 5)")
+    if counter.round_trips:  # PostgreSQL
+        print(
+            f"  round trips  {counter.round_trips / n:8.1f} per message"
+            + (f"  (floor {floor[2]:.1f})" if floor and len(floor) > 2 else "")
+        )
     print(
         f"  commits      {counter.commits / n:8.1f} per message,"
         f" {counter.writes / n:.1f} of them writing (floor 2)"
@@ -250,8 +280,10 @@ async def count_statements(
     for i in range(50):
         await app.pipeline.handle(msg(-i - 1, i % conversations, mode))
     counter = SqlCounter({app.store.engine, app.store.urgent_engine})
-    for i in range(n):
-        await app.pipeline.handle(msg(i, i if new_users else i % conversations, mode))
+    with socket_writes() as writes:
+        for i in range(n):
+            await app.pipeline.handle(msg(i, i if new_users else i % conversations, mode))
+    counter.round_trips = writes[0]
     await app.close()
     return counter
 
@@ -298,10 +330,37 @@ async def minimal_bot_concurrent(url: str, n: int, delay: float) -> float:
         await db.close()
 
 
-async def minimal_bot_postgres(url: str, schema: str, n: int) -> tuple[float, float]:
+async def minimal_bot_postgres(url: str, schema: str, n: int) -> tuple[float, float, float]:
     """`minimal_bot` on PostgreSQL: the same statements on one asyncpg connection
-    (asyncpg prepares and caches them), in the benchmark's own schema."""
+    (asyncpg prepares and caches them), in the benchmark's own schema. Also its
+    round trips per message, on a short untimed pass after."""
     conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+
+    async def one(i: int) -> None:
+        event_id, conversation = f"e{i}", f"c{i % 50}"
+        async with conn.transaction():
+            await conn.execute(
+                "INSERT INTO floor_inbox VALUES ($1, $2, 'pending')",
+                event_id,
+                f"message number {i}",
+            )
+        async with conn.transaction():
+            await conn.executemany(
+                "INSERT INTO floor_messages (conversation, role, content) VALUES ($1, $2, $3)",
+                [
+                    (conversation, "user", f"message number {i}"),
+                    (conversation, "assistant", "ok"),
+                ],
+            )
+            await conn.execute(
+                "INSERT INTO floor_outbox (conversation, content) VALUES ($1, $2)",
+                conversation,
+                "ok",
+            )
+            await conn.execute(
+                "UPDATE floor_inbox SET status = 'answered' WHERE event_id = $1", event_id
+            )
+
     try:
         await conn.execute(f'SET search_path TO "{schema}"')
         await conn.execute(
@@ -315,34 +374,15 @@ async def minimal_bot_postgres(url: str, schema: str, n: int) -> tuple[float, fl
         cpu = time.process_time()
         for i in range(n):
             t0 = time.perf_counter()
-            event_id, conversation = f"e{i}", f"c{i % 50}"
-            async with conn.transaction():
-                await conn.execute(
-                    "INSERT INTO floor_inbox VALUES ($1, $2, 'pending')",
-                    event_id,
-                    f"message number {i}",
-                )
-            async with conn.transaction():
-                await conn.executemany(
-                    "INSERT INTO floor_messages (conversation, role, content) VALUES ($1, $2, $3)",
-                    [
-                        (conversation, "user", f"message number {i}"),
-                        (conversation, "assistant", "ok"),
-                    ],
-                )
-                await conn.execute(
-                    "INSERT INTO floor_outbox (conversation, content) VALUES ($1, $2)",
-                    conversation,
-                    "ok",
-                )
-                await conn.execute(
-                    "UPDATE floor_inbox SET status = 'answered' WHERE event_id = $1", event_id
-                )
+            await one(i)
             latencies.append((time.perf_counter() - t0) * 1000)
         cpu = time.process_time() - cpu
+        with socket_writes() as writes:
+            for i in range(n, n + 20):
+                await one(i)
     finally:
         await conn.close()
-    return statistics.median(latencies), cpu / n * 1000
+    return statistics.median(latencies), cpu / n * 1000, writes[0] / 20
 
 
 async def on_postgres(n: int, new_users: bool, spread: int = 50) -> None:
