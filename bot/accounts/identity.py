@@ -183,8 +183,8 @@ class Identity:
         object costs more to make than its INSERT). Raises `IntegrityError`
         (nothing written) when the link was created concurrently."""
         role = Role.OWNER if f"{platform}:{platform_user_id}" in self._owners else Role.GUEST
+        user = new_row(User, display_name=display_name, role=role.value)
         async with self._store.write() as session:
-            user = new_row(User, display_name=display_name, role=role.value)
             (user_id,) = await insert_returning_ids(session, [user])
             link = new_row(
                 PlatformLink,

@@ -30,14 +30,13 @@ async def hand_back(s: Services, key: str, held: Held, ended: Sequence[Ended]) -
         s.outbox.finished(end.outbox_id, end.state, end.parts, end.error) for end in ended
     ]
     writes.append(s.leases.releasing(held))
-    claim = s.inbox.claiming(key) if not s.control.queued(key) else None
+    wanted = not s.control.queued(key)
     if s.store.is_sqlite:
         async with s.store.write() as session:
             for statement, params in writes:
                 await execute(session, statement, params, wait=False)
-            if claim is None:
-                return []
-            return taken((await execute(session, *claim)).all())
+            return await s.inbox.claim_pending(key, session=session) if wanted else []
+    claim = s.inbox.claiming(key) if wanted else None
     main, others = (claim, writes) if claim is not None else (writes[-1], writes[:-1])
     statement, params = combined(main, others)
     async with s.store.write_one() as session:
