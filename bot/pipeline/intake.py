@@ -31,6 +31,7 @@ from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.pipeline.codec import decode, encode
+from bot.pipeline.intake_batch import Batch
 from bot.ports import ChannelMark
 from bot.store import Store
 from bot.store.models import InboxItem, Lease
@@ -86,6 +87,8 @@ class Inbox:
         self.owner = owner
         """This instance, as it appears in `lease_owner`."""
         self.lease = timedelta(seconds=lease_seconds)
+        self._batch = None if store.is_sqlite else Batch(store)
+        """PostgreSQL: messages accepted at the same moment share one INSERT."""
 
     async def accept(
         self,
@@ -101,26 +104,42 @@ class Inbox:
         key = msg.dedupe_key
         assert key, "with_event_id() first"
         now = utcnow()
-        try:
-            values = {
-                "platform": msg.platform,
-                "event_id": key,
-                "conversation_key": msg.conversation_key,
-                "source": msg.source,
-                "state": "running",
-                "payload": encode(msg),
-                "deliver": deliver,
-                "attempts": 1,
-                "lease_owner": self.owner,
-                "lease_expires_at": now + self.lease,
-                "created_at": now,
-            }
-            async with self._store.write_urgent() as session:
-                await execute(session, _ACCEPT, values)
-                if also is not None:
-                    await also(session)
-        except IntegrityError:
+        values = {
+            "platform": msg.platform,
+            "event_id": key,
+            "conversation_key": msg.conversation_key,
+            "source": msg.source,
+            "state": "running",
+            "payload": encode(msg),
+            "deliver": deliver,
+            "attempts": 1,
+            "lease_owner": self.owner,
+            "lease_expires_at": now + self.lease,
+            "created_at": now,
+        }
+        if also is None and self._batch is not None:  # PostgreSQL: arrivals share an INSERT
+            stored = await self._batch.insert(values)
+        else:
+            stored = await self._insert(values, also)
+        if not stored:
             log.info("inbox.duplicate platform=%s event_id=%s", msg.platform, key)
+        return stored
+
+    async def _insert(
+        self, values: dict[str, Any], also: Callable[[AsyncSession], Awaitable[None]] | None
+    ) -> bool:
+        try:
+            if also is None:
+                async with self._store.write() as session:
+                    await execute(session, _ACCEPT, values)
+                return True
+            async with self._store.write_urgent() as session:
+                # Not waited for: on PostgreSQL it goes out with `also`'s first
+                # statement (a redelivery fails that statement, and so the
+                # transaction, with the same IntegrityError).
+                await execute(session, _ACCEPT, values, wait=False)
+                await also(session)
+        except IntegrityError:
             return False
         return True
 

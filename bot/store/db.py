@@ -131,6 +131,9 @@ class Store:
             reading["isolation_level"] = "AUTOCOMMIT"
         self._reader = _Sessions(self.engine.execution_options(**reading))
         self._alone = _Sessions(self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        self._urgent_alone = _Sessions(
+            self.urgent_engine.execution_options(isolation_level="AUTOCOMMIT")
+        )
 
     @property
     def is_sqlite(self) -> bool:
@@ -155,15 +158,16 @@ class Store:
                 raise
 
     @asynccontextmanager
-    async def write_one(self) -> AsyncIterator[AsyncSession]:
+    async def write_one(self, *, urgent: bool = False) -> AsyncIterator[AsyncSession]:
         """A session for one write statement, atomic by itself (several parts
         combined: `bot.store.rows.combined`): on PostgreSQL in autocommit, no
-        BEGIN and COMMIT round trips; on SQLite, `write()`."""
+        BEGIN and COMMIT round trips (`urgent`: on the connections kept for
+        intake and leases, as `write_urgent`); on SQLite, `write()`."""
         if self._write_lock is not None:
             async with self.write() as session:
                 yield session
             return
-        async with _session(self._alone) as session:
+        async with _session(self._urgent_alone if urgent else self._alone) as session:
             yield session
 
     @asynccontextmanager
