@@ -48,7 +48,9 @@ async def execute(
     sees the database as it was before both). Statements run on the session
     directly (the ORM) in between do not send it, nor see it. If it fails, the
     transaction's next statement or its commit raises the error, so the
-    transaction never commits without it."""
+    transaction never commits without it. Several rows for an `insert_rows`
+    INSERT (up to `MAX_KEPT_ROWS`) are kept back too, as one multi-row
+    INSERT, which numbers them in their order."""
     connection = await _connection(session)
     driver = direct.driver_of(connection, statement, params)
     info = session.sync_session.info
@@ -57,6 +59,9 @@ async def execute(
         return await connection.execute(statement, params)
     if isinstance(driver, asyncpg_driver.Driver):
         pending = info.get(_DEFERRED)
+        if isinstance(params, list) and not wait and (rows := _multi_row(statement, params)):
+            info.setdefault(_DEFERRED, []).append(rows)
+            return None
         if isinstance(params, list):  # an executemany: sent on its own, after them
             if pending:
                 await flush_deferred(session)
@@ -82,6 +87,40 @@ async def flush_deferred(session: AsyncSession) -> None:
 
 
 _DEFERRED = "switchboard.rows.deferred"
+
+MAX_KEPT_ROWS = 16
+"""Rows of one INSERT kept back at most (more go out as an executemany)."""
+_MULTI: dict[tuple[str, tuple[str, ...], int], Any] = {}
+
+
+def _multi_row(statement: Any, rows: list[dict[str, Any]]) -> Write | None:
+    """`rows` for `statement`, an INSERT from `_insert` (its values as
+    parameters), as one multi-row INSERT and its parameters (`key_rN`), built
+    once per table, columns and row count; None for another statement, more
+    than `MAX_KEPT_ROWS` rows, or rows not all of the same columns."""
+    if (
+        not isinstance(statement, Insert)
+        or statement._values is not None
+        or statement._multi_values
+        or statement._returning
+        or len(rows) > MAX_KEPT_ROWS
+    ):
+        return None
+    keys = tuple(rows[0])
+    if any(tuple(row) != keys for row in rows):
+        return None
+    form = (statement.table.name, keys, len(rows))
+    built = _MULTI.get(form)
+    if built is None:
+        columns = statement.table.c
+        built = _MULTI[form] = insert(statement.table).values(
+            [
+                {key: bindparam(f"{key}_r{n}", type_=columns[key].type) for key in keys}
+                for n in range(len(rows))
+            ]
+        )
+    params = {f"{key}_r{n}": value for n, row in enumerate(rows) for key, value in row.items()}
+    return built, params
 
 
 async def _connection(session: AsyncSession) -> AsyncConnection:
@@ -261,7 +300,7 @@ def _renamed(statement: Any, params: dict[str, Any], suffix: str) -> Any:
     """`statement` with its named parameters (those in `params`) renamed
     `name + suffix`; an INSERT given its values as parameters (`_insert`) gets
     them as explicit values so named."""
-    if isinstance(statement, Insert) and statement._values is None:
+    if isinstance(statement, Insert) and statement._values is None and not statement._multi_values:
         columns = statement.table.c
         return statement.values(
             {key: bindparam(key + suffix, type_=columns[key].type) for key in params}
