@@ -133,7 +133,7 @@ class Pipeline:
             try:
                 # A wakeup's durable record is its job's claimed fire, not the inbox.
                 if msg.source == "user":
-                    also = self._early.step(attempt) if attempt else None
+                    also = self._early.at_accept(attempt) if attempt else None
                     accepted = False
                     try:
                         accepted = await self.s.inbox.accept(msg, deliver=deliver, also=also)

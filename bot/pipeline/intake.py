@@ -31,11 +31,11 @@ from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.pipeline.codec import decode, encode
-from bot.pipeline.intake_batch import Batch
+from bot.pipeline.intake_batch import Batch, redelivery
 from bot.ports import ChannelMark
 from bot.store import Store
 from bot.store.models import InboxItem, Lease
-from bot.store.rows import Write, execute
+from bot.store.rows import Write, combined, execute
 from bot.types import IncomingMessage, utcnow
 
 log = logging.getLogger("switchboard.inbox")
@@ -81,6 +81,21 @@ class InboxStats:
     failed: int
 
 
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """PostgreSQL: a write made in the same statement as a message's INSERT
+    (`Inbox.accept(also=…)`), and what to do with that statement's rows once
+    it committed."""
+
+    write: Write
+    took: Callable[[list[Any]], None]
+
+
+WithMessage = Callable[[AsyncSession], Awaitable[None]] | Joined
+"""What `accept` writes with the message (not for a redelivery): in its
+transaction, or joined to its INSERT."""
+
+
 class Inbox:
     def __init__(self, store: Store, owner: str, lease_seconds: float) -> None:
         self._store = store
@@ -89,13 +104,15 @@ class Inbox:
         self.lease = timedelta(seconds=lease_seconds)
         self._batch = None if store.is_sqlite else Batch(store)
         """PostgreSQL: messages accepted at the same moment share one INSERT."""
+        self.joins = not store.is_sqlite
+        """Whether a write can join a message's INSERT (`Joined`): PostgreSQL."""
 
     async def accept(
         self,
         msg: IncomingMessage,
         *,
         deliver: bool = True,
-        also: Callable[[AsyncSession], Awaitable[None]] | None = None,
+        also: WithMessage | None = None,
     ) -> bool:
         """Store `msg` (which must have a delivery id, see `with_event_id`), leased
         to this instance; then `also` in the same transaction (not for a
@@ -119,11 +136,27 @@ class Inbox:
         }
         if also is None and self._batch is not None:  # PostgreSQL: arrivals share an INSERT
             stored = await self._batch.insert(values)
+        elif isinstance(also, Joined):
+            stored = await self._insert_joined(values, also)
         else:
             stored = await self._insert(values, also)
         if not stored:
             log.info("inbox.duplicate platform=%s event_id=%s", msg.platform, key)
         return stored
+
+    async def _insert_joined(self, values: dict[str, Any], also: Joined) -> bool:
+        """The INSERT as a part of `also`'s statement: one statement, atomic by
+        itself (a redelivery fails it whole), in autocommit."""
+        statement, params = combined(also.write, [(_ACCEPT, values)])
+        try:
+            async with self._store.write_one(urgent=True) as session:
+                rows = list((await execute(session, statement, params)).all())
+        except IntegrityError as error:
+            if not redelivery(error):
+                raise
+            return False
+        also.took(rows)
+        return True
 
     async def _insert(
         self, values: dict[str, Any], also: Callable[[AsyncSession], Awaitable[None]] | None
@@ -139,7 +172,9 @@ class Inbox:
                 # transaction, with the same IntegrityError).
                 await execute(session, _ACCEPT, values, wait=False)
                 await also(session)
-        except IntegrityError:
+        except IntegrityError as error:
+            if not redelivery(error):
+                raise
             return False
         return True
 

@@ -121,7 +121,9 @@ class Batch:
         try:
             async with self._store.write_one(urgent=True) as session:
                 await execute(session, _ACCEPT, values)
-        except IntegrityError:
+        except IntegrityError as error:
+            if not redelivery(error):
+                raise
             return False
         return True
 
@@ -144,6 +146,13 @@ class Batch:
                 continue
             if not future.done():
                 future.set_result(stored)
+
+
+def redelivery(error: IntegrityError) -> bool:
+    """Whether `error` is the inbox's unique platform event id refusing a
+    message stored before (not another constraint, nor a trigger: SQLite
+    reports a trigger's RAISE as an integrity error too)."""
+    return "event_id" in str(error.orig)
 
 
 def _fail(futures: Iterable[asyncio.Future[bool]], error: BaseException) -> None:

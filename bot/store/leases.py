@@ -62,6 +62,27 @@ class Leases:
     ) -> Held | None:
         """Take `name` (in `session`'s transaction when given); None when a live
         instance holds it."""
+        (statement, params), held = self.acquiring(
+            name, seconds=seconds, user_id=user_id, run_id=run_id
+        )
+        if session is None:
+            async with self._store.write() as own:
+                row = (await execute(own, statement, params)).first()
+        else:
+            row = (await execute(session, statement, params)).first()
+        return held if row is not None else None
+
+    def acquiring(
+        self,
+        name: str,
+        *,
+        seconds: float | None = None,
+        user_id: int | None = None,
+        run_id: str | None = None,
+    ) -> tuple[Write, Held]:
+        """`acquire`'s statement and parameters, for a caller's combined write
+        (it returns the lease's token when taken, no row when not), and the
+        lease it takes then."""
         now = utcnow()
         expires = now + (self.lease if seconds is None else timedelta(seconds=seconds))
         token = secrets.token_hex(8)
@@ -76,12 +97,7 @@ class Leases:
         }
         if self._acquire is None:
             self._acquire = _acquire_statement(self._store.dialect)
-        if session is None:
-            async with self._store.write() as own:
-                row = (await execute(own, self._acquire, params)).first()
-        else:
-            row = (await execute(session, self._acquire, params)).first()
-        return Held(name, token) if row is not None else None
+        return (self._acquire, params), Held(name, token)
 
     async def release(self, held: Held) -> None:
         """Free `held`, in a transaction of its own (after a run,

@@ -10,6 +10,8 @@ import asyncio
 import dataclasses
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import func, select
 
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox
@@ -18,6 +20,7 @@ from bot.store.models import InboxItem, Lease, User
 from bot.types import Attachment
 from tests.fakes.anthropic import last_user_text, text_reply
 from tests.harness import RecordingAdapter, message
+from tests.pipeline.test_hot_path import statements
 
 
 async def open_app(make_app):  # type: ignore[no-untyped-def]
@@ -26,18 +29,30 @@ async def open_app(make_app):  # type: ignore[no-untyped-def]
     return app
 
 
-def cut_claims_in_transactions(inbox: Inbox, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """The database fails the claim of waiting messages when it runs inside a
-    transaction that took the conversation's lease; returns the real claim."""
-    claim = inbox.claim_pending
-
-    async def cut(key, limit=100, session=None):  # type: ignore[no-untyped-def]
-        if session is not None:
-            raise ConnectionError("database cut")
-        return await claim(key, limit, session)
-
-    monkeypatch.setattr(inbox, "claim_pending", cut)
-    return claim
+def refuse_claims(sqlite: bool) -> list[str]:
+    """A trigger that fails any claim of a waiting inbox message while the
+    table `refuse_claims` has a row."""
+    table = [
+        "CREATE TABLE refuse_claims (id INTEGER PRIMARY KEY)",
+        "INSERT INTO refuse_claims VALUES (1)",
+    ]
+    if sqlite:
+        return [
+            *table,
+            "CREATE TRIGGER refuse_claim BEFORE UPDATE OF state ON inbox"
+            " WHEN OLD.state = 'pending' AND NEW.state = 'running'"
+            " AND EXISTS (SELECT 1 FROM refuse_claims)"
+            " BEGIN SELECT RAISE(ABORT, 'claim refused'); END",
+        ]
+    return [
+        *table,
+        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF OLD.state = 'pending' AND NEW.state = 'running'"
+        " AND EXISTS (SELECT 1 FROM refuse_claims)"
+        " THEN RAISE EXCEPTION 'claim refused'; END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON inbox"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()",
+    ]
 
 
 async def leases_held(app) -> list[Lease]:  # type: ignore[no-untyped-def]
@@ -125,27 +140,46 @@ async def test_messages_at_once_to_one_conversation_are_each_answered_and_free_i
 
 
 async def test_when_the_intake_transaction_fails_after_the_lease_nothing_is_kept(
-    make_app, fake_anthropic, monkeypatch
+    make_app, fake_anthropic
 ):
-    """The database fails the inbox's transaction after the lease was taken in
-    it: the platform gets the failure (and delivers again), no lease stays
-    behind, and the redelivery is answered once."""
+    """The database refuses the claim of a message another instance left for
+    the conversation (a trigger raises), in the write that stores the new
+    message and takes the lease: the platform gets the failure (and delivers
+    again), nothing of that write stays (no message, no lease, the left one
+    still waiting), and the redelivery is answered once, with the left one."""
     app = await open_app(make_app)
     assert (await app.pipeline.handle(message("hi"))).status == "answered"
-    inbox = app.pipeline.s.inbox
-    claim = cut_claims_in_transactions(inbox, monkeypatch)
+    other = Inbox(app.store, "instance-b", 30)
+    left = dataclasses.replace(message("left for you"), event_id="b-1")
+    assert await other.accept(left)
+    assert await other.requeue(left.platform, ["b-1"]) == 1
+    async with app.store.write() as s:
+        for statement in refuse_claims(app.store.is_sqlite):
+            await s.exec(text(statement))  # type: ignore[call-overload]
     again = message("are you there?", event_id="ev-1")
-    with pytest.raises(ConnectionError):  # the platform is not acknowledged
+    with pytest.raises(DBAPIError, match="claim refused"):  # the platform is not acknowledged
         await app.pipeline.handle(again)
     assert await leases_held(app) == []
     async with app.store.read() as s:
         assert (await s.exec(select(InboxItem).where(InboxItem.event_id == "ev-1"))).all() == []
-    monkeypatch.setattr(inbox, "claim_pending", claim)
-    calls = fake_anthropic.request_count
+        waiting = (await s.exec(select(InboxItem.state).where(InboxItem.event_id == "b-1"))).one()
+    assert waiting == "pending"
+    async with app.store.write() as s:
+        await s.exec(text("DELETE FROM refuse_claims"))  # type: ignore[call-overload]
+    seen: list[str] = []
+
+    def answer(body):  # type: ignore[no-untyped-def]
+        seen.append(last_user_text(body))
+        return text_reply("ok")
+
+    fake_anthropic.responder = answer
     assert (await app.pipeline.handle(again)).status == "answered"
     assert (await app.pipeline.handle(again)).status == "duplicate"
-    assert fake_anthropic.request_count == calls + 1
+    await app.pipeline.idle()
+    assert len(seen) == 1 and "left for you" in seen[0] and "are you there?" in seen[0]
     assert await leases_held(app) == []
+    async with app.store.read() as s:
+        assert set((await s.exec(select(InboxItem.state))).all()) == {"answered"}
 
 
 async def test_a_new_users_message_refused_before_its_run_hands_the_lease_back(
@@ -163,23 +197,59 @@ async def test_a_new_users_message_refused_before_its_run_hands_the_lease_back(
 
 
 async def test_when_the_account_transaction_fails_after_the_lease_nothing_is_kept(
-    make_app, fake_anthropic, monkeypatch
+    make_app, fake_anthropic
 ):
-    """The database fails the transaction creating a new user's account after
-    the conversation's lease was taken in it: no account, no lease stays
-    behind, the message is answered with an error notice, and the next one
-    creates the account and is answered."""
+    """The database refuses the claim of a message another instance left for
+    the conversation, in the transaction creating a new user's account after
+    the conversation's lease was taken in it (a trigger raises): no account,
+    no lease stays behind, the message fails without a model call, and the
+    next one creates the account and is answered, with the left one."""
     app = await open_app(make_app)
-    inbox = app.pipeline.s.inbox
-    claim = cut_claims_in_transactions(inbox, monkeypatch)
+    other = Inbox(app.store, "instance-b", 30)
+    left = dataclasses.replace(message("left for you"), event_id="b-1")
+    assert await other.accept(left)
+    assert await other.requeue(left.platform, ["b-1"]) == 1
+    async with app.store.write() as s:
+        for statement in refuse_claims(app.store.is_sqlite):
+            await s.exec(text(statement))  # type: ignore[call-overload]
     calls = fake_anthropic.request_count
     assert (await app.pipeline.handle(message("hello", event_id="e1"))).status == "failed"
     assert fake_anthropic.request_count == calls
     assert await leases_held(app) == []
     async with app.store.read() as s:
         assert (await s.exec(select(func.count()).select_from(User))).one() == 0
-    monkeypatch.setattr(inbox, "claim_pending", claim)
+    async with app.store.write() as s:
+        await s.exec(text("DELETE FROM refuse_claims"))  # type: ignore[call-overload]
     assert (await app.pipeline.handle(message("hello again", event_id="e2"))).status == "answered"
+    await app.pipeline.idle()
     assert await leases_held(app) == []
     async with app.store.read() as s:
         assert (await s.exec(select(func.count()).select_from(User))).one() == 1
+        state = (await s.exec(select(InboxItem.state).where(InboxItem.event_id == "b-1"))).one()
+    assert state == "answered"
+
+
+async def test_on_postgres_the_message_its_lease_and_the_claim_are_one_statement(
+    make_app, fake_anthropic
+):
+    """A returning user's message to a conversation this process is not
+    working on: storing it, taking the conversation's lease and claiming what
+    waited for it are one statement (one round trip), and all of it counts."""
+    app = await open_app(make_app)
+    if app.store.is_sqlite:
+        pytest.skip("SQLite runs them as one transaction of statements (no round trips)")
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    other = Inbox(app.store, "instance-b", 30)
+    left = dataclasses.replace(message("left for you"), event_id="b-1")
+    assert await other.accept(left)
+    assert await other.requeue(left.platform, ["b-1"]) == 1
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("and this"))).status == "answered"
+    await app.pipeline.idle()
+    [intake] = [s for s in seen if "INSERT INTO inbox" in s]
+    assert intake.startswith("WITH") and "INSERT INTO leases" in intake
+    assert "UPDATE inbox" in intake  # the claim
+    assert seen.index(intake) == 0  # the first statement of the message
+    async with app.store.read() as s:
+        assert set((await s.exec(select(InboxItem.state))).all()) == {"answered"}
+    assert await leases_held(app) == []

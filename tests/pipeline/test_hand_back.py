@@ -18,7 +18,7 @@ from bot.store.models import InboxItem, OutboxItem
 from bot.types import Reply
 from tests.fakes.anthropic import last_user_text, text_reply
 from tests.harness import RecordingAdapter, message
-from tests.pipeline.test_early_lease import leases_held
+from tests.pipeline.test_early_lease import leases_held, refuse_claims
 from tests.pipeline.test_hot_path import statements
 from tests.waiting import wait_until
 
@@ -102,9 +102,7 @@ async def test_a_message_left_during_a_run_is_taken_at_its_end_and_answered_next
         assert "UPDATE outbox" in ends[0] and "UPDATE inbox" in ends[0]
 
 
-async def test_with_no_message_waiting_here_the_end_of_a_run_is_one_write(
-    make_app, fake_anthropic
-):
+async def test_with_no_message_waiting_here_the_end_of_a_run_is_one_write(make_app, fake_anthropic):
     app, _ = await open_app(make_app)
     fake_anthropic.responder = lambda body: text_reply("ok")
     assert (await app.pipeline.handle(message("hi"))).status == "answered"
@@ -129,7 +127,7 @@ async def test_when_the_end_of_a_run_fails_the_reply_is_recorded_and_the_left_me
     app, adapter = await open_app(make_app)
     fake_anthropic.responder = lambda body: text_reply("ok")
     async with app.store.write() as s:
-        for statement in _refuse_claims(app.store.is_sqlite):
+        for statement in refuse_claims(app.store.is_sqlite):
             await s.exec(text(statement))  # type: ignore[call-overload]
     adapter.leave = leaving(app, "b-2", "left, then refused")
     caplog.set_level(logging.ERROR, "switchboard")
@@ -143,30 +141,3 @@ async def test_when_the_end_of_a_run_fails_the_reply_is_recorded_and_the_left_me
     assert (await app.pipeline.handle(message("next"))).status == "answered"
     assert adapter.texts == ["ok", "ok"]  # both answered, in one run
     assert set((await states(app))["inbox"]) == {"answered"}
-
-
-def _refuse_claims(sqlite: bool) -> list[str]:
-    """A trigger that fails any claim of a waiting inbox message while the
-    table `refuse_claims` has a row."""
-    table = [
-        "CREATE TABLE refuse_claims (id INTEGER PRIMARY KEY)",
-        "INSERT INTO refuse_claims VALUES (1)",
-    ]
-    if sqlite:
-        return [
-            *table,
-            "CREATE TRIGGER refuse_claim BEFORE UPDATE OF state ON inbox"
-            " WHEN OLD.state = 'pending' AND NEW.state = 'running'"
-            " AND EXISTS (SELECT 1 FROM refuse_claims)"
-            " BEGIN SELECT RAISE(ABORT, 'claim refused'); END",
-        ]
-    return [
-        *table,
-        "CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
-        " BEGIN IF OLD.state = 'pending' AND NEW.state = 'running'"
-        " AND EXISTS (SELECT 1 FROM refuse_claims)"
-        " THEN RAISE EXCEPTION 'claim refused'; END IF; RETURN NEW; END $$",
-        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON inbox"
-        " FOR EACH ROW EXECUTE FUNCTION refuse_claim()",
-    ]
-
