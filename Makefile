@@ -38,6 +38,9 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.context
 	$(BIN)/python -m tests.benchmarks.load
 	$(BIN)/python -m tests.benchmarks.frontdoor
+	$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000
+	@if [ -n "$$SWITCHBOARD_TEST_POSTGRES_URL" ]; then \
+		$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000 --database postgres; fi
 	$(BIN)/python -m tests.benchmarks.flow
 
 clean:  ## remove .venv, the tool caches, __pycache__ dirs and build output
