@@ -79,42 +79,48 @@ class Batch:
 
     async def _write(self, batch: list[_Waiting]) -> None:
         first: dict[tuple[str, str], asyncio.Future[bool]] = {}
-        again: list[asyncio.Future[bool]] = []  # the same event twice in one batch
+        again: list[tuple[tuple[str, str], asyncio.Future[bool]]] = []  # sent twice at once
         rows: list[dict[str, Any]] = []
         for values, future in batch:
             key = (values["platform"], values["event_id"])
             if key in first:
-                again.append(future)
+                again.append((key, future))
             else:
                 first[key] = future
                 rows.append(values)
         try:
             if len(rows) == 1:
-                stored = {key} if await self._one(rows[0]) else set()
+                stored = set(first) if await self._one(rows[0]) else set()
             else:
                 stored = await self._many(rows)
         except DBAPIError as error:
             if len(rows) == 1:
-                _fail((*first.values(), *again), error)
-                return
-            log.warning(
-                "inbox.batch_failed rows=%d %s: storing each on its own",
-                len(rows),
-                type(error).__name__,
-            )
-            await self._each(rows, first)
-            stored = set()
+                _fail(first.values(), error)
+            else:
+                log.warning(
+                    "inbox.batch_failed rows=%d %s: storing each on its own",
+                    len(rows),
+                    type(error).__name__,
+                )
+                await self._each(rows, first)
         except BaseException as error:
-            _fail((*first.values(), *again), error)
+            _fail((*first.values(), *(future for _, future in again)), error)
             if not isinstance(error, Exception):
                 raise
             return
-        for key, future in first.items():
-            if not future.done():
-                future.set_result(key in stored)
-        for future in again:
-            if not future.done():
+        else:
+            for key, future in first.items():
+                if not future.done():
+                    future.set_result(key in stored)
+        for key, future in again:  # a redelivery of the first, unless that failed
+            if future.done():
+                continue
+            settled = first[key]
+            failure = None if settled.cancelled() else settled.exception()
+            if failure is None:
                 future.set_result(False)
+            else:
+                future.set_exception(failure)
 
     async def _one(self, values: dict[str, Any]) -> bool:
         self.statements += 1
