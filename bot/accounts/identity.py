@@ -20,7 +20,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import Budget, PlatformLink, User
-from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row
+from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row, with_parent
 from bot.types import IncomingMessage, Role, utcnow
 
 log = logging.getLogger("switchboard.identity")
@@ -184,17 +184,22 @@ class Identity:
         (nothing written) when the link was created concurrently."""
         role = Role.OWNER if f"{platform}:{platform_user_id}" in self._owners else Role.GUEST
         user = new_row(User, display_name=display_name, role=role.value)
+        link = new_row(
+            PlatformLink,
+            user_id=0,  # the new user's id, once made
+            platform=platform,
+            platform_user_id=platform_user_id,
+            display_name=display_name,
+            username=username,
+        )
         async with self._store.write() as session:
-            (user_id,) = await insert_returning_ids(session, [user])
-            link = new_row(
-                PlatformLink,
-                user_id=user_id,
-                platform=platform,
-                platform_user_id=platform_user_id,
-                display_name=display_name,
-                username=username,
-            )
-            (link_id,) = await insert_returning_ids(session, [link])
+            if self._store.is_sqlite:  # two statements (no round trips to save)
+                (user_id,) = await insert_returning_ids(session, [user])
+                link["user_id"] = user_id
+                (link_id,) = await insert_returning_ids(session, [link])
+            else:  # one statement
+                made = await execute(session, *with_parent(user, link, "user_id"))
+                link_id, user_id = made.one()
             budget = new_row(Budget, user_id=user_id, period=current_period())
             await insert_rows(session, [budget], wait=False)  # the commit raises a failure
             committed = await also(session, user_id) if also is not None else None

@@ -31,7 +31,7 @@ from bot.accounts.identity import Also, Identity
 from bot.pipeline.control import RunControl
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Joined, Taken, WithMessage, taken
 from bot.store.leases import Held, Leases
-from bot.store.rows import Write
+from bot.store.rows import Write, execute
 from bot.types import IncomingMessage
 
 log = logging.getLogger("switchboard.pipeline")
@@ -95,21 +95,18 @@ class EarlyLeases:
         the INSERT (one statement, one round trip); else `step`."""
         if not self._inbox.joins:
             return self.step(attempt)
-        name = CONVERSATION_LEASE + attempt.key
-        lease, held = self._leases.acquiring(name, user_id=attempt.user_id)
-        claim = self._inbox.claiming(attempt.key)
-
-        def took(rows: list[Any]) -> None:
-            if rows:  # the lease was taken; a row per message claimed (none: NULLs)
-                claimed = taken(row[1:] for row in rows if row[1] is not None)
-                attempt.took = Early(held, tuple(claimed))
-
-        return Joined(lease_then_claim(lease, claim), took)
+        return Joined(*self._joint(attempt))
 
     def step(self, attempt: Attempt) -> Callable[[AsyncSession], Awaitable[None]]:
-        """What the inbox's transaction does too (`Inbox.accept(also=…)`)."""
+        """What the inbox's (or the new account's) transaction does too: take
+        the lease and, with it, the messages that waited; on PostgreSQL in one
+        statement."""
 
         async def take(session: AsyncSession) -> None:
+            if self._inbox.joins:
+                write, took = self._joint(attempt)
+                took(list((await execute(session, *write)).all()))
+                return
             name = CONVERSATION_LEASE + attempt.key
             held = await self._leases.acquire(name, user_id=attempt.user_id, session=session)
             waiting: tuple[Taken, ...] = ()
@@ -118,6 +115,19 @@ class EarlyLeases:
             attempt.took = Early(held, waiting)
 
         return take
+
+    def _joint(self, attempt: Attempt) -> tuple[Write, Callable[[list[Any]], None]]:
+        """PostgreSQL: the lease and the claim as one statement
+        (`lease_then_claim`), and what records their outcome from its rows."""
+        name = CONVERSATION_LEASE + attempt.key
+        lease, held = self._leases.acquiring(name, user_id=attempt.user_id)
+
+        def took(rows: list[Any]) -> None:
+            if rows:  # the lease was taken; a row per message claimed (none: NULLs)
+                claimed = taken(row[1:] for row in rows if row[1] is not None)
+                attempt.took = Early(held, tuple(claimed))
+
+        return lease_then_claim(lease, self._inbox.claiming(attempt.key)), took
 
     def for_account(self, msg: IncomingMessage, also: Also) -> tuple[Also, Attempt | None]:
         """For `msg` (not a command), `also` for the transaction that would

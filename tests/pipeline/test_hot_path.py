@@ -112,7 +112,7 @@ async def test_a_new_users_first_message_reads_neither_budget_nor_memories(
     app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
     with statements(app) as seen:
         assert (await app.pipeline.handle(message("hello, I'm new"))).status == "answered"
-    assert [s for s in seen if s.startswith("INSERT INTO users")]  # created on the way
+    assert [s for s in seen if "INSERT INTO users" in s]  # created on the way
     assert reading(seen, "budgets") == [] and reading(seen, "memories") == []
 
 
@@ -188,22 +188,26 @@ async def test_a_new_users_account_and_conversation_are_one_transaction(make_app
     app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
     with statements(app) as seen:
         assert (await app.pipeline.handle(message("hello, I'm new"))).status == "answered"
-    first = next(i for i, s in enumerate(seen) if s.startswith("INSERT INTO users"))
+    first = next(i for i, s in enumerate(seen) if "INSERT INTO users" in s)
     room = next(i for i, s in enumerate(seen) if "INSERT INTO conversations" in s)
     assert first < room
     assert not [s for s in seen[first:room] if s.startswith(("BEGIN", "COMMIT", "SELECT"))]
     # The conversation's lease is taken in the account's transaction too.
     after = seen[room:]
-    lease = next(i for i, s in enumerate(after) if s.startswith("INSERT INTO leases"))
+    lease = next(i for i, s in enumerate(after) if "INSERT INTO leases" in s)
     assert not [s for s in after[:lease] if s.startswith(("BEGIN", "SELECT"))]
     if app.store.is_sqlite:  # intake; the account, conversation and lease; the turn; delivery
         assert sum(s.startswith("BEGIN") for s in seen) == 4
+    else:  # the user with its link, the conversation (the budget with it), the lease with
+        # the claim of what waited: three statements
+        assert "INSERT INTO platform_links" in seen[first]
+        assert room == first + 1 and lease == 1
     # A returning user's new conversation is created on its own, as ever.
     with statements(app) as seen:
         other = message("elsewhere", platform_channel_id="other-room")
         assert (await app.pipeline.handle(other)).status == "answered"
     assert [s for s in seen if "INSERT INTO conversations" in s]
-    assert not [s for s in seen if s.startswith("INSERT INTO users")]
+    assert not [s for s in seen if "INSERT INTO users" in s]
 
 
 async def test_when_the_conversation_cannot_be_written_the_new_account_is_not_either(
