@@ -55,6 +55,21 @@ def refuse_claims(sqlite: bool) -> list[str]:
     ]
 
 
+async def leave_waiting(app) -> None:  # type: ignore[no-untyped-def]
+    """Another instance accepted a message for the conversation ("left for
+    you", b-1) and left it waiting (its run found the conversation busy)."""
+    other = Inbox(app.store, "instance-b", 30)
+    left = dataclasses.replace(message("left for you"), event_id="b-1")
+    assert await other.accept(left)
+    assert await other.requeue(left.platform, ["b-1"]) == 1
+
+
+async def install(app, statements: list[str]) -> None:  # type: ignore[no-untyped-def]
+    async with app.store.write() as s:
+        for statement in statements:
+            await s.exec(text(statement))  # type: ignore[call-overload]
+
+
 async def leases_held(app) -> list[Lease]:  # type: ignore[no-untyped-def]
     async with app.store.read() as s:
         return list((await s.exec(select(Lease))).all())
@@ -83,12 +98,7 @@ async def test_a_message_left_by_another_instance_runs_before_the_one_that_took_
     app = await open_app(make_app)
     if sender == "returning":
         assert (await app.pipeline.handle(message("hi"))).status == "answered"
-    # Another instance accepted a message for this conversation and left it
-    # waiting (its run found the conversation busy).
-    other = Inbox(app.store, "instance-b", 30)
-    left = dataclasses.replace(message("left for you"), event_id="b-1")
-    assert await other.accept(left)
-    assert await other.requeue(left.platform, ["b-1"]) == 1
+    await leave_waiting(app)
     seen: list[str] = []
 
     def answer(body):  # type: ignore[no-untyped-def]
@@ -149,13 +159,8 @@ async def test_when_the_intake_transaction_fails_after_the_lease_nothing_is_kept
     still waiting), and the redelivery is answered once, with the left one."""
     app = await open_app(make_app)
     assert (await app.pipeline.handle(message("hi"))).status == "answered"
-    other = Inbox(app.store, "instance-b", 30)
-    left = dataclasses.replace(message("left for you"), event_id="b-1")
-    assert await other.accept(left)
-    assert await other.requeue(left.platform, ["b-1"]) == 1
-    async with app.store.write() as s:
-        for statement in refuse_claims(app.store.is_sqlite):
-            await s.exec(text(statement))  # type: ignore[call-overload]
+    await leave_waiting(app)
+    await install(app, refuse_claims(app.store.is_sqlite))
     again = message("are you there?", event_id="ev-1")
     with pytest.raises(DBAPIError, match="claim refused"):  # the platform is not acknowledged
         await app.pipeline.handle(again)
@@ -205,13 +210,8 @@ async def test_when_the_account_transaction_fails_after_the_lease_nothing_is_kep
     no lease stays behind, the message fails without a model call, and the
     next one creates the account and is answered, with the left one."""
     app = await open_app(make_app)
-    other = Inbox(app.store, "instance-b", 30)
-    left = dataclasses.replace(message("left for you"), event_id="b-1")
-    assert await other.accept(left)
-    assert await other.requeue(left.platform, ["b-1"]) == 1
-    async with app.store.write() as s:
-        for statement in refuse_claims(app.store.is_sqlite):
-            await s.exec(text(statement))  # type: ignore[call-overload]
+    await leave_waiting(app)
+    await install(app, refuse_claims(app.store.is_sqlite))
     calls = fake_anthropic.request_count
     assert (await app.pipeline.handle(message("hello", event_id="e1"))).status == "failed"
     assert fake_anthropic.request_count == calls
@@ -239,10 +239,7 @@ async def test_on_postgres_the_message_its_lease_and_the_claim_are_one_statement
     if app.store.is_sqlite:
         pytest.skip("SQLite runs them as one transaction of statements (no round trips)")
     assert (await app.pipeline.handle(message("hi"))).status == "answered"
-    other = Inbox(app.store, "instance-b", 30)
-    left = dataclasses.replace(message("left for you"), event_id="b-1")
-    assert await other.accept(left)
-    assert await other.requeue(left.platform, ["b-1"]) == 1
+    await leave_waiting(app)
     with statements(app) as seen:
         assert (await app.pipeline.handle(message("and this"))).status == "answered"
     await app.pipeline.idle()

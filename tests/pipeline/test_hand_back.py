@@ -18,7 +18,7 @@ from bot.store.models import InboxItem, OutboxItem
 from bot.types import Reply
 from tests.fakes.anthropic import last_user_text, text_reply
 from tests.harness import RecordingAdapter, message
-from tests.pipeline.test_early_lease import leases_held, refuse_claims
+from tests.pipeline.test_early_lease import install, leases_held, refuse_claims
 from tests.pipeline.test_hot_path import statements
 from tests.waiting import wait_until
 
@@ -126,9 +126,7 @@ async def test_when_the_end_of_a_run_fails_the_reply_is_recorded_and_the_left_me
     for the sweep (or the conversation's next message), not lost."""
     app, adapter = await open_app(make_app)
     fake_anthropic.responder = lambda body: text_reply("ok")
-    async with app.store.write() as s:
-        for statement in refuse_claims(app.store.is_sqlite):
-            await s.exec(text(statement))  # type: ignore[call-overload]
+    await install(app, refuse_claims(app.store.is_sqlite))
     adapter.leave = leaving(app, "b-2", "left, then refused")
     caplog.set_level(logging.ERROR, "switchboard")
     assert (await app.pipeline.handle(message("hi"))).status == "answered"
