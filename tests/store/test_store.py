@@ -128,7 +128,11 @@ async def _terminate(store: Store, pid: int) -> None:
         await other.execute(text(f"SELECT pg_terminate_backend({int(pid)})"))
         alive = text(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {int(pid)}")
         for _ in range(500):
-            if (await other.execute(alive)).scalar_one() == 0:
+            gone = (await other.execute(alive)).scalar_one() == 0
+            # A transaction sees one snapshot of pg_stat_activity: end it, so
+            # the next look is a new one.
+            await other.rollback()
+            if gone:
                 return
             await asyncio.sleep(0.01)
     raise AssertionError(f"backend {pid} still there")
