@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, literal, select, update
+from sqlalchemy import bindparam, func, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.pipeline.codec import decode, encode
-from bot.pipeline.intake_batch import Batch, redelivery
+from bot.pipeline.intake_batch import ACCEPT, Batch, redelivery
 from bot.ports import ChannelMark
 from bot.store import Store
 from bot.store.models import InboxItem, Lease
@@ -147,7 +147,7 @@ class Inbox:
     async def _insert_joined(self, values: dict[str, Any], also: Joined) -> bool:
         """The INSERT as a part of `also`'s statement: one statement, atomic by
         itself (a redelivery fails it whole), in autocommit."""
-        statement, params = combined(also.write, [(_ACCEPT, values)])
+        statement, params = combined(also.write, [(ACCEPT, values)])
         try:
             async with self._store.write_one(urgent=True) as session:
                 rows = list((await execute(session, statement, params)).all())
@@ -164,13 +164,13 @@ class Inbox:
         try:
             if also is None:
                 async with self._store.write() as session:
-                    await execute(session, _ACCEPT, values)
+                    await execute(session, ACCEPT, values)
                 return True
             async with self._store.write_urgent() as session:
                 # Not waited for: on PostgreSQL it goes out with `also`'s first
                 # statement (a redelivery fails that statement, and so the
                 # transaction, with the same IntegrityError).
-                await execute(session, _ACCEPT, values, wait=False)
+                await execute(session, ACCEPT, values, wait=False)
                 await also(session)
         except IntegrityError as error:
             if not redelivery(error):
@@ -432,9 +432,6 @@ def taken(rows: Iterable[Any], limit: int = 100) -> list[Taken]:
     """The messages a claim's rows took, oldest first, at most `limit`."""
     return sorted((_taken(row) for row in rows), key=lambda t: t.id)[:limit]
 
-
-_ACCEPT = insert(InboxItem)
-"""`accept`'s INSERT: the values come as parameters (nothing to build per message)."""
 
 _CLAIM_PENDING = (
     update(InboxItem)

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from sqlalchemy import insert
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -126,7 +127,7 @@ class Batch:
         self.statements += 1
         try:
             async with self._store.write_one(urgent=True) as session:
-                await execute(session, _ACCEPT, values)
+                await execute(session, ACCEPT, values)
         except IntegrityError as error:
             if not redelivery(error):
                 raise
@@ -172,8 +173,9 @@ def _fail(futures: Iterable[asyncio.Future[bool]], error: BaseException) -> None
 
 
 _TABLE = InboxItem.__table__  # type: ignore[attr-defined]
-_ACCEPT = postgresql.insert(_TABLE)
-"""One row; a redelivery raises IntegrityError (the unique platform event id)."""
+ACCEPT = insert(_TABLE)
+"""An inbox row, its values as parameters (nothing to build per message); a
+redelivery raises IntegrityError (the unique platform event id)."""
 _ACCEPT_MANY = (
     postgresql.insert(_TABLE)
     .on_conflict_do_nothing(index_elements=["platform", "event_id"])
