@@ -168,18 +168,43 @@ class Budgets:
         return status
 
     async def charge(
-        self, session: AsyncSession, user_id: int, role: Role, tokens: int
+        self, session: AsyncSession, user_id: int, role: Role, tokens: int, held: int = 0
     ) -> Charge | None:
-        """Charge `tokens` inside the caller's transaction, atomically."""
-        if tokens <= 0:
+        """Charge `tokens` inside the caller's transaction, atomically, and
+        release `held` reserved tokens (`settle`): one statement, which also
+        starts a new period when the row's is over (`charge_write`). None when
+        nothing was charged."""
+        write = self.charge_write(user_id, role, tokens, held)
+        if write is None:
             return None
-        charged = await self._charge(session, user_id, role, tokens)
-        if charged is None:  # first charge of a new period (or no budget row)
-            await self._roll_period(session, user_id)
-            charged = await self._charge(session, user_id, role, tokens)
-        if charged is None:
+        row = (await execute(session, *write)).first()
+        return self.charged(user_id, tokens, row)
+
+    def charge_write(
+        self, user_id: int, role: Role, tokens: int, held: int = 0
+    ) -> tuple[Any, dict[str, Any]] | None:
+        """The statement `charge` runs and its parameters (None: nothing to do),
+        for a caller that runs it as a part of a larger statement; its row
+        (used, overage) goes to `charged`."""
+        if tokens <= 0 and held <= 0:
+            return None
+        params = {
+            "b_user_id": user_id,
+            "b_period": current_period(),
+            "tokens": max(tokens, 0),
+            "held": max(held, 0),
+            "role_limit": self.role_allowance(role),
+            "b_now": utcnow(),
+        }
+        return _CHARGE, params
+
+    @staticmethod
+    def charged(user_id: int, tokens: int, row: Any) -> Charge | None:
+        """`charge`'s outcome from the charge statement's row (None: no row)."""
+        if row is None:
             log.error("budget.missing user=%s tokens=%s (no budget row)", user_id, tokens)
-        return charged
+            return None
+        return Charge(used=int(row[0]), overage=int(row[1])) if tokens > 0 else None
 
     async def reserve(self, user_id: int, role: Role, tokens: int) -> Hold | None:
         """Reserve `tokens` if the allowance still covers them on top of what is
@@ -229,17 +254,7 @@ class Budgets:
         if session is None:
             async with self._store.write() as own:
                 return await self.settle(hold, tokens, own)
-        await session.exec(
-            update(Budget)
-            .where(col(Budget.user_id) == hold.user_id)
-            .values(
-                reserved=case(
-                    (col(Budget.reserved) > hold.tokens, col(Budget.reserved) - hold.tokens),
-                    else_=0,
-                )
-            )
-        )
-        return await self.charge(session, hold.user_id, hold.role, tokens)
+        return await self.charge(session, hold.user_id, hold.role, tokens, held=hold.tokens)
 
     async def available(self, user_id: int, role: Role) -> int | None:
         """Tokens a new reservation could take now (None: unlimited)."""
@@ -252,19 +267,6 @@ class Budgets:
         if row is not None and row.period == status.period and row.reserved_until is not None:
             reserved = row.reserved if row.reserved_until >= utcnow() else 0
         return max(status.limit - status.used - reserved, 0)
-
-    async def _charge(
-        self, session: AsyncSession, user_id: int, role: Role, tokens: int
-    ) -> Charge | None:
-        params = {
-            "b_user_id": user_id,
-            "b_period": current_period(),
-            "tokens": tokens,
-            "role_limit": self.role_allowance(role),
-            "b_now": utcnow(),
-        }
-        row = (await execute(session, _CHARGE, params)).first()
-        return None if row is None else Charge(used=int(row[0]), overage=int(row[1]))
 
     async def set_limit(self, user_id: int, mode: LimitMode, tokens: int | None = None) -> None:
         self.forget(user_id)
@@ -326,35 +328,46 @@ class Budgets:
             await session.flush()
 
 
-def _cap(role_limit: Any) -> ColumnElement[Any]:
+def _cap(role_limit: Any, granted: Any = None) -> ColumnElement[Any]:
     """allowance + granted, computed by the database (NULL = unlimited)."""
     allowance = case(
         (col(Budget.limit_mode) == "unlimited", None),
         (col(Budget.limit_mode) == "fixed", col(Budget.limit_tokens)),
         else_=role_limit,
     )
-    return allowance + col(Budget.granted)
+    return allowance + (col(Budget.granted) if granted is None else granted)
 
 
 def _charge_statement() -> Any:
     """The charge, built once (building this expression costs more than running
-    it): `used` climbs to the cap, the rest goes to `overage`."""
-    cap = _cap(bindparam("role_limit", type_=BigInteger))
+    it): `used` climbs to the cap, the rest goes to `overage`; `held` reserved
+    tokens are released. A row whose period is over starts the current one
+    first (used, overage and granted from 0, as `_roll_period`), in the same
+    statement, so a month's first charge is no extra round trip."""
+    same = col(Budget.period) == bindparam("b_period")
+
+    def this_period(column: Any) -> Any:
+        return case((same, column), else_=0)
+
+    used, overage, granted = (
+        this_period(col(Budget.used)),
+        this_period(col(Budget.overage)),
+        this_period(col(Budget.granted)),
+    )
+    cap = _cap(bindparam("role_limit", type_=BigInteger), granted)
     tokens = bindparam("tokens", type_=BigInteger)
-    fits = cap.is_(None) | (col(Budget.used) + tokens <= cap)
-    already_full = col(Budget.used) >= cap
+    held = bindparam("held", type_=BigInteger)
+    fits = cap.is_(None) | (used + tokens <= cap)
+    already_full = used >= cap
     return (
         update(Budget)
-        .where(
-            col(Budget.user_id) == bindparam("b_user_id"),
-            col(Budget.period) == bindparam("b_period"),
-        )
+        .where(col(Budget.user_id) == bindparam("b_user_id"))
         .values(
-            used=case(
-                (fits, col(Budget.used) + tokens), (already_full, col(Budget.used)), else_=cap
-            ),
-            overage=col(Budget.overage)
-            + case((fits, 0), (already_full, tokens), else_=col(Budget.used) + tokens - cap),
+            used=case((fits, used + tokens), (already_full, used), else_=cap),
+            overage=overage + case((fits, 0), (already_full, tokens), else_=used + tokens - cap),
+            granted=granted,
+            period=bindparam("b_period"),
+            reserved=case((col(Budget.reserved) > held, col(Budget.reserved) - held), else_=0),
             updated_at=bindparam("b_now"),
         )
         .returning(col(Budget.used), col(Budget.overage))

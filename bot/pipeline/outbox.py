@@ -22,7 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import OutboxItem
-from bot.store.rows import Write, execute, insert_returning_ids, new_row
+from bot.store.rows import NewRow, Write, execute, insert_returning_ids, new_row
 from bot.types import Button, Reply, Target, utcnow
 
 log = logging.getLogger("switchboard.outbox")
@@ -68,8 +68,21 @@ class Outbox:
         run_id: str | None = None,
     ) -> list[Outgoing]:
         """Store `replies` in the caller's transaction, leased to this instance."""
+        rows, now = self.rows(replies, inbox_id=inbox_id, run_id=run_id)
+        if not rows:
+            return []
+        ids = await insert_returning_ids(session, rows)
+        return [
+            Outgoing(row_id, reply, created_at=now)
+            for row_id, reply in zip(ids, replies, strict=True)
+        ]
+
+    def rows(
+        self, replies: Sequence[Reply], *, inbox_id: int | None = None, run_id: str | None = None
+    ) -> tuple[list[NewRow], datetime]:
+        """The rows `add` inserts for `replies`, and their creation time."""
         now = utcnow()
-        rows = [
+        return [
             new_row(
                 OutboxItem,
                 inbox_id=inbox_id,
@@ -89,14 +102,7 @@ class Outbox:
                 created_at=now,
             )
             for r in replies
-        ]
-        if not rows:
-            return []
-        ids = await insert_returning_ids(session, rows)
-        return [
-            Outgoing(row_id, reply, created_at=now)
-            for row_id, reply in zip(ids, replies, strict=True)
-        ]
+        ], now
 
     async def store(self, replies: Sequence[Reply]) -> list[Outgoing]:
         """Store replies in a transaction of their own."""

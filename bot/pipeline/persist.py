@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,13 @@ from sqlmodel import SQLModel
 
 from bot.accounts.budgets import Budgets, Hold
 from bot.config import Price
+from bot.pipeline import turn_statement
 from bot.pipeline.outbox import Outbox
 from bot.pipeline.turns import LeaseLost, TurnRecord, TurnRows, TurnSaved, turn_rows, write_turn
 from bot.store import Store
 from bot.store.models import Message, Run, TokenLog, TraceSpan
 from bot.store.rows import NewRow, as_new_row
-from bot.types import Role
+from bot.types import Reply, Role
 
 log = logging.getLogger("switchboard.spool")
 
@@ -165,11 +166,7 @@ class TurnWriter:
         delay = 0.25
         while True:
             try:
-                async with self._store.write() as session:
-                    saved = await write_turn(
-                        session, rows, self._budgets, self._outbox, turn.replies
-                    )
-                return Saved(saved)
+                return Saved(await self._write(rows, turn.replies))
             except LeaseLost as exc:
                 log.warning("run.lease_lost run=%s: %s; not saved, not sent", turn.run_id, exc)
                 return Saved()
@@ -185,3 +182,14 @@ class TurnWriter:
         except OSError:
             log.exception("spool.write_failed run=%s: the turn is lost", turn.run_id)
         return Saved(spooled=True)
+
+    async def _write(self, rows: TurnRows, replies: Sequence[Reply]) -> TurnSaved:
+        """Commit the turn: on PostgreSQL a live turn is one statement
+        (`bot.pipeline.turn_statement`), otherwise a transaction."""
+        if not self._store.is_sqlite and turn_statement.fits(rows, replies):
+            async with self._store.write_one() as session:
+                return await turn_statement.write_turn_at_once(
+                    session, rows, self._budgets, self._outbox, replies
+                )
+        async with self._store.write() as session:
+            return await write_turn(session, rows, self._budgets, self._outbox, replies)

@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import String, Text, bindparam, func, update
 from sqlmodel import col
@@ -185,16 +186,20 @@ async def write_turn(
         await insert_rows(session, rows.files, wait=False)
     await insert_rows(session, rows.spans, wait=False)
     await insert_rows(session, rows.tokens, wait=False)
-    charge = None
-    for hold, tokens in rows.owed:
-        if hold is not None:
-            charge = await budgets.settle(hold, tokens, session) or charge
-        else:
-            charge = await budgets.charge(session, rows.user_id, rows.role, tokens) or charge
+    charge = await budgets.charge(session, rows.user_id, rows.role, *owed(rows))
     outgoing: list[Outgoing] = []
     if outbox is not None and replies and finished:
         outgoing = await outbox.add(session, replies, run_id=rows.run["id"])
     return TurnSaved(charge, len(messages), outgoing)
+
+
+def owed(rows: TurnRows) -> tuple[int, int]:
+    """What the turn still owes its budget, as one charge: (tokens to charge,
+    tokens held to release). Charging the sum is charging each in turn: `used`
+    climbs to the cap either way, and the rest is overage."""
+    tokens = sum(spent for _, spent in rows.owed)
+    held = sum(hold.tokens for hold, _ in rows.owed if hold is not None)
+    return tokens, held
 
 
 async def _finish_inbox(session: AsyncSession, rows: TurnRows) -> bool:
@@ -202,22 +207,27 @@ async def _finish_inbox(session: AsyncSession, rows: TurnRows) -> bool:
     keys = set(rows.inbox_keys)
     if not keys:
         return True
-    params = {
+    result = await execute(session, FINISH_INBOX, finish_params(rows, list(keys)))
+    done = int(result.rowcount or 0)
+    if rows.lease_owner is not None and done < len(keys):
+        raise LeaseLost(f"run {rows.run['id']}: a message of this run was taken over")
+    return done > 0
+
+
+def finish_params(rows: TurnRows, keys: list[str]) -> dict[str, Any]:
+    """`FINISH_INBOX`'s parameters for the turn's messages `keys`."""
+    return {
         "f_platform": rows.platform,
-        "f_keys": list(keys),
+        "f_keys": keys,
         "f_owner": rows.lease_owner,
         "f_state": rows.inbox_state,
         "f_now": utcnow(),
         "f_run": rows.run["id"],
         "f_error": rows.error[:2000] if rows.error else None,
     }
-    done = int((await execute(session, _FINISH_INBOX, params)).rowcount or 0)
-    if rows.lease_owner is not None and done < len(keys):
-        raise LeaseLost(f"run {rows.run['id']}: a message of this run was taken over")
-    return done > 0
 
 
-_FINISH_INBOX = (
+FINISH_INBOX = (
     update(InboxItem)
     .where(
         col(InboxItem.platform) == bindparam("f_platform"),

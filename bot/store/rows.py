@@ -123,6 +123,29 @@ def _multi_row(statement: Any, rows: list[dict[str, Any]]) -> Write | None:
     return built, params
 
 
+def keepable(rows: Rows) -> bool:
+    """Whether `insert_rows(rows, wait=False)` keeps `rows` back on
+    PostgreSQL (none, or up to `MAX_KEPT_ROWS` new rows of the same columns)
+    rather than sending them on their own."""
+    if not rows:
+        return True
+    first = rows[0]
+    return (
+        isinstance(first, NewRow)
+        and len(rows) <= MAX_KEPT_ROWS
+        and all(tuple(row) == tuple(first) for row in rows)
+    )
+
+
+def multi_row(rows: Sequence[NewRow]) -> Write:
+    """`rows` (`keepable`, at least one) as one multi-row INSERT of their table
+    and its parameters (`key_rN`), the statement built once per form."""
+    built = _multi_row(_insert(rows[0].table), list(rows))
+    if built is None:
+        raise ValueError("rows not keepable as one INSERT")
+    return built
+
+
 async def _connection(session: AsyncSession) -> AsyncConnection:
     """The session's connection in its current transaction, asked of the
     session once per transaction (each ask costs a greenlet round)."""

@@ -6,11 +6,11 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
 from sqlmodel import col
 
 from bot.accounts.budgets import Budgets, period_end
-from bot.accounts.identity import Identity
+from bot.accounts.identity import Identity, current_period
 from bot.config import BudgetSettings
 from bot.errors import BudgetExceeded
 from bot.store import Store
@@ -85,3 +85,46 @@ async def test_a_new_month_starts_from_zero(store: Store):
 def test_period_end_rolls_over_the_year():
     assert period_end("2026-12") == datetime(2027, 1, 1, tzinfo=UTC)
     assert period_end("2026-02") == datetime(2026, 3, 1, tzinfo=UTC)
+
+
+async def test_a_months_first_charge_starts_the_period_in_the_same_statement(store: Store):
+    """Last month's used, overage and grant do not count: the charge starts
+    the new period from zero and charges against it, in one statement."""
+    budgets = Budgets(store, BudgetSettings(guest=10))
+    user = await make_user(store)
+    async with store.write() as session:  # last month: full, over by 7, 5 granted
+        await session.exec(
+            update(Budget)
+            .where(col(Budget.user_id) == user.id)
+            .values(period="2000-01", used=15, overage=7, granted=5)
+        )
+    seen: list[str] = []
+    listen = lambda *args: seen.append(args[2])  # noqa: E731
+    event.listen(store.engine.sync_engine, "before_cursor_execute", listen)
+    try:
+        result = await charge(store, budgets, user.id, Role.GUEST, 14)
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", listen)
+    [write] = [s for s in seen if not s.lstrip().upper().startswith("BEGIN")]
+    assert write.lstrip().upper().startswith("UPDATE")
+    assert result is not None and (result.used, result.overage) == (10, 4)
+    status = await budgets.status(user.id, Role.GUEST)
+    assert (status.period, status.used, status.overage, status.granted) == (
+        current_period(),
+        10,
+        4,
+        0,
+    )
+
+
+async def test_settling_releases_the_hold_and_charges_what_was_used(store: Store):
+    budgets = Budgets(store, BudgetSettings(guest=100))
+    user = await make_user(store)
+    hold = await budgets.reserve(user.id, Role.GUEST, 80)
+    assert hold is not None
+    assert await budgets.reserve(user.id, Role.GUEST, 30) is None  # 80 held of 100
+    result = await budgets.settle(hold, 25)
+    assert result is not None and (result.used, result.overage) == (25, 0)
+    async with store.read() as session:
+        assert (await session.get(Budget, user.id)).reserved == 0  # type: ignore[union-attr]
+    assert await budgets.reserve(user.id, Role.GUEST, 75) is not None
