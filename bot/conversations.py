@@ -9,7 +9,7 @@ is read fresh with the history, in the same statement batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -23,7 +23,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.history_rows import KeptRows
 from bot.store import Store
 from bot.store.models import Conversation, ConversationSummary, Message, Run
-from bot.store.rows import execute, new_row
+from bot.store.rows import NewRow, Write, execute, new_row
 from bot.types import IncomingMessage, conversation_key
 
 CACHE_LIMIT = 10_000
@@ -65,8 +65,13 @@ _RECORD_COLUMNS = (
 )
 
 
-def _upsert(dialect: Any) -> Any:
+def _upsert(dialect: Any, keys: tuple[str, ...] = ()) -> Any:
+    """The get-or-create statement; with `keys`, its values are the
+    parameters `c_<key>` (a part of a larger statement needs them named)."""
     base = dialect.insert(Conversation)
+    if keys:
+        columns = Conversation.__table__.c  # type: ignore[attr-defined]
+        base = base.values({k: bindparam(f"c_{k}", type_=columns[k].type) for k in keys})
     return base.on_conflict_do_update(
         index_elements=[col(Conversation.key)], set_={"key": base.excluded.key}
     ).returning(*_RECORD_COLUMNS)
@@ -74,6 +79,8 @@ def _upsert(dialect: Any) -> Any:
 
 _UPSERT = {"postgresql": _upsert(postgresql), "sqlite": _upsert(sqlite)}
 """`_create`'s statement per dialect, built once (the values come as parameters)."""
+_UPSERT_PARTS: dict[tuple[str, tuple[str, ...]], Any] = {}
+"""`upserting`'s statements, per dialect and columns."""
 
 MAX_HISTORY_ROWS = 2000
 """Safety cap on rows loaded for one run; compaction keeps histories far shorter."""
@@ -153,6 +160,27 @@ class ConversationState:
     """Rows with a larger id are in `history`."""
 
 
+RECORD_WIDTH = len(_RECORD_COLUMNS)
+"""Columns of a conversation's row as `upserting`'s statement returns it."""
+
+
+def _new_row(
+    key: str, platform: str, channel_id: str, thread_id: str | None, server_id: str | None
+) -> NewRow:
+    return new_row(
+        Conversation,
+        key=key,
+        platform=platform,
+        channel_id=channel_id,
+        thread_id=thread_id or "",
+        server_id=server_id,
+    )
+
+
+def _returned(row: Sequence[Any]) -> ConversationRecord:
+    return ConversationRecord(row[0], row[1], row[2], row[3], row[4] or None, row[5])
+
+
 def _record(row: Conversation) -> ConversationRecord:
     assert row.id is not None
     return ConversationRecord(
@@ -191,18 +219,35 @@ class Conversations:
         """`resolve(msg)`'s write in the caller's transaction (a new user's
         account: one transaction for both). Returns what to call once that
         transaction has committed; `resolve` then needs no database."""
-        key = msg.conversation_key
-        found = self._cache.get(key)
-        if found is None:
-            found = await self._upsert(
-                session,
-                key,
-                msg.platform,
-                msg.platform_channel_id,
-                msg.platform_thread_id,
-                msg.platform_server_id,
-            )
-        return partial(self._remember, found)
+        write = self.upserting(msg)
+        if write is None:
+            return partial(self._remember, self._cache[msg.conversation_key])
+        return self.stored((await execute(session, *write)).one())
+
+    def upserting(self, msg: IncomingMessage) -> Write | None:
+        """`resolve_in`'s statement, for a caller that runs it as a part of a
+        larger one (its row, `RECORD_WIDTH` columns, goes to `stored`); None
+        when the conversation is known here (nothing to write)."""
+        if msg.conversation_key in self._cache:
+            return None
+        row = _new_row(
+            msg.conversation_key,
+            msg.platform,
+            msg.platform_channel_id,
+            msg.platform_thread_id,
+            msg.platform_server_id,
+        )
+        keys = tuple(row)
+        statement = _UPSERT_PARTS.get((self._store.dialect, keys))
+        if statement is None:
+            dialect = postgresql if self._store.dialect == "postgresql" else sqlite
+            statement = _UPSERT_PARTS[self._store.dialect, keys] = _upsert(dialect, keys)
+        return statement, {f"c_{key}": value for key, value in row.items()}
+
+    def stored(self, row: Sequence[Any]) -> Callable[[], None]:
+        """The conversation from `upserting`'s row: what to call once its
+        transaction has committed."""
+        return partial(self._remember, _returned(row))
 
     def _remember(self, found: ConversationRecord) -> None:
         if len(self._cache) >= CACHE_LIMIT:
@@ -221,18 +266,8 @@ class Conversations:
         """One statement: INSERT … ON CONFLICT (key) DO UPDATE (a no-op) …
         RETURNING, so a conversation created concurrently is returned as stored
         (no error, no second query)."""
-        row = new_row(
-            Conversation,
-            key=key,
-            platform=platform,
-            channel_id=channel_id,
-            thread_id=thread_id or "",
-            server_id=server_id,
-        )
-        stored = (await execute(session, _UPSERT[self._store.dialect], row)).one()
-        return ConversationRecord(
-            stored[0], stored[1], stored[2], stored[3], stored[4] or None, stored[5]
-        )
+        row = _new_row(key, platform, channel_id, thread_id, server_id)
+        return _returned((await execute(session, _UPSERT[self._store.dialect], row)).one())
 
     async def get(self, key: str) -> ConversationRecord | None:
         async with self._store.read() as session:

@@ -9,10 +9,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import sqlalchemy
-from sqlalchemy import bindparam, exists, update
+from sqlalchemy import bindparam, case, exists, func, literal, true, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlmodel import col, select
@@ -20,7 +20,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
 from bot.store.models import Budget, PlatformLink, User
-from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row, with_parent
+from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row
 from bot.types import IncomingMessage, Role, utcnow
 
 log = logging.getLogger("switchboard.identity")
@@ -135,10 +135,12 @@ class Identity:
         username: str | None,
         also: Also | None = None,
     ) -> UserRecord:
-        found = await self._find(platform, platform_user_id)
+        found, ids = await self._find_or_ids(platform, platform_user_id)
         if found is None:
             try:
-                found = await self._create(platform, platform_user_id, display_name, username, also)
+                found = await self._create(
+                    platform, platform_user_id, display_name, username, also, ids
+                )
             except IntegrityError:
                 # Someone created it concurrently (same person, two messages at once).
                 found = await self._find(platform, platform_user_id)
@@ -170,6 +172,21 @@ class Identity:
             row = (await execute(session, _FIND, params)).first()
         return None if row is None else _Account(*row)
 
+    async def _find_or_ids(
+        self, platform: str, platform_user_id: str
+    ) -> tuple[_Account | None, tuple[int, int] | None]:
+        """`_find`; on PostgreSQL, when there is no such account, with the ids
+        its user and link would take (drawn from their sequences in the same
+        query), so that creating it needs no id from the database."""
+        if self._store.is_sqlite:
+            return await self._find(platform, platform_user_id), None
+        params = {"a_platform": platform, "a_user": platform_user_id}
+        async with self._store.read() as session:
+            row = (await execute(session, _FIND_OR_IDS, params)).one()
+        if row[0] is not None:
+            return _Account(*row[:6]), None
+        return None, (int(row[6]), int(row[7]))
+
     async def _create(
         self,
         platform: str,
@@ -177,11 +194,15 @@ class Identity:
         display_name: str | None,
         username: str | None,
         also: Also | None = None,
+        ids: tuple[int, int] | None = None,
     ) -> _Account:
-        """The user, its platform link and its budget (and `also`): one
-        transaction of three Core INSERTs (rows as column values: a model
-        object costs more to make than its INSERT). Raises `IntegrityError`
-        (nothing written) when the link was created concurrently."""
+        """The user, its platform link and its budget (and `also`), all or
+        nothing: on SQLite one transaction of Core INSERTs (rows as column
+        values: a model object costs more to make than its INSERT); on
+        PostgreSQL, given the `ids` to use, one statement in autocommit, the
+        three rows riding on `also`'s statement (or going alone). Raises
+        `IntegrityError` (nothing written) when the link was created
+        concurrently."""
         role = Role.OWNER if f"{platform}:{platform_user_id}" in self._owners else Role.GUEST
         user = new_row(User, display_name=display_name, role=role.value)
         link = new_row(
@@ -192,17 +213,21 @@ class Identity:
             display_name=display_name,
             username=username,
         )
-        async with self._store.write() as session:
-            if self._store.is_sqlite:  # two statements (no round trips to save)
+        if ids is not None:
+            user_id, link_id = ids
+            user["id"], link["id"], link["user_id"] = user_id, link_id, user_id
+            async with self._store.write_one() as session:
+                for row in (user, link, new_row(Budget, user_id=user_id, period=current_period())):
+                    await insert_rows(session, [row], wait=False)
+                committed = await also(session, user_id) if also is not None else None
+        else:
+            async with self._store.write() as session:
                 (user_id,) = await insert_returning_ids(session, [user])
                 link["user_id"] = user_id
                 (link_id,) = await insert_returning_ids(session, [link])
-            else:  # one statement
-                made = await execute(session, *with_parent(user, link, "user_id"))
-                link_id, user_id = made.one()
-            budget = new_row(Budget, user_id=user_id, period=current_period())
-            await insert_rows(session, [budget], wait=False)  # the commit raises a failure
-            committed = await also(session, user_id) if also is not None else None
+                budget = new_row(Budget, user_id=user_id, period=current_period())
+                await insert_rows(session, [budget], wait=False)  # the commit raises a failure
+                committed = await also(session, user_id) if also is not None else None
         if committed is not None:
             committed()
         log.info(
@@ -293,3 +318,22 @@ _FIND = (
 )
 """An account's user and link (`_find`), built once: it runs for every message
 of someone not seen lately, a new user's first one included."""
+
+
+def _find_or_ids_statement() -> Any:
+    """PostgreSQL: `_FIND`'s row, or when there is none, one with NULLs and
+    the next ids of users and platform_links (taken only then)."""
+    found = _FIND.subquery("found")
+
+    def next_id(table: str) -> Any:
+        return func.nextval(func.pg_get_serial_sequence(table, "id"))
+
+    missing = found.c[0].is_(None)
+    return sqlalchemy.select(
+        *found.c,
+        case((missing, next_id("users"))).label("next_user_id"),
+        case((missing, next_id("platform_links"))).label("next_link_id"),
+    ).select_from(sqlalchemy.select(literal(1)).subquery("one").outerjoin(found, true()))
+
+
+_FIND_OR_IDS = _find_or_ids_statement()

@@ -28,6 +28,7 @@ from sqlalchemy import exists, select, true
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.accounts.identity import Also, Identity
+from bot.conversations import RECORD_WIDTH, Conversations
 from bot.pipeline.control import RunControl
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Joined, Taken, WithMessage, taken
 from bot.store.leases import Held, Leases
@@ -116,9 +117,12 @@ class EarlyLeases:
 
         return take
 
-    def _joint(self, attempt: Attempt) -> tuple[Write, Callable[[list[Any]], None]]:
+    def _joint(
+        self, attempt: Attempt, first: Write | None = None
+    ) -> tuple[Write, Callable[[list[Any]], None]]:
         """PostgreSQL: the lease and the claim as one statement
-        (`lease_then_claim`), and what records their outcome from its rows."""
+        (`lease_then_claim`, with `first` when given), and what records their
+        outcome from its rows (without `first`'s columns)."""
         name = CONVERSATION_LEASE + attempt.key
         lease, held = self._leases.acquiring(name, user_id=attempt.user_id)
 
@@ -127,29 +131,44 @@ class EarlyLeases:
                 claimed = taken(row[1:] for row in rows if row[1] is not None)
                 attempt.took = Early(held, tuple(claimed))
 
-        return lease_then_claim(lease, self._inbox.claiming(attempt.key)), took
+        return lease_then_claim(lease, self._inbox.claiming(attempt.key), first), took
 
-    def for_account(self, msg: IncomingMessage, also: Also) -> tuple[Also, Attempt | None]:
-        """For `msg` (not a command), `also` for the transaction that would
-        create its sender's account (`Identity.resolve`), and the attempt: a
-        new user's message to a conversation not being worked on here takes
-        the conversation's lease in that transaction, after `also`. `settle`
-        the attempt with `attempt.stored` once `resolve` returned or failed
-        (the account may have been there after all: no transaction)."""
+    def for_account(
+        self, msg: IncomingMessage, conversations: Conversations
+    ) -> tuple[Also, Attempt | None]:
+        """For `msg` (not a command), what the transaction that would create
+        its sender's account (`Identity.resolve`) does too: create the
+        conversation and, for a conversation not being worked on here, take
+        its lease (and what waited for it); on PostgreSQL as one statement,
+        the account's rows riding on it. Returns that, and the attempt (None:
+        no lease taken): `settle` it with `attempt.stored` once `resolve`
+        returned or failed (the account may have been there after all: no
+        transaction)."""
+
+        async def resolve_in(session: AsyncSession, _user_id: int) -> Callable[[], None]:
+            return await conversations.resolve_in(session, msg)
+
         key = msg.conversation_key
         if msg.source != "user" or self._identity.known(msg) is not None:
-            return also, None  # no account to create
+            return resolve_in, None  # no account to create
         if self._control.busy(key):
-            return also, None
+            return resolve_in, None
         attempt = self.attempt(key, 0)
         if attempt is None:
-            return also, None
+            return resolve_in, None
         take = self.step(attempt)
 
         async def with_lease(session: AsyncSession, user_id: int) -> Callable[[], None]:
-            committed = await also(session, user_id)
             attempt.user_id = user_id
-            await take(session)
+            upsert = conversations.upserting(msg) if self._inbox.joins else None
+            if upsert is not None:  # the conversation, the lease and the claim
+                write, took = self._joint(attempt, first=upsert)
+                rows = list((await execute(session, *write)).all())
+                committed = conversations.stored(rows[0])
+                took([row[RECORD_WIDTH:] for row in rows if row[RECORD_WIDTH] is not None])
+            else:
+                committed = await resolve_in(session, user_id)
+                await take(session)
 
             def stored() -> None:
                 attempt.stored = True
@@ -196,22 +215,32 @@ class EarlyLeases:
                 log.warning("lease.release_failed lease=%s (it expires)", early.held.name)
 
 
-_JOINT: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
+_JOINT: dict[tuple[int, int, int], tuple[Any, Any, Any, Any]] = {}
 
 
-def lease_then_claim(lease: Write, claim: Write) -> Write:
+def lease_then_claim(lease: Write, claim: Write, first: Write | None = None) -> Write:
     """PostgreSQL: the lease's upsert (returning its token when taken) and,
     only when it takes the lease, the claim (returning the messages taken), as
     one statement. Its rows: none when the lease was not taken; else one per
     message claimed, (token, the message's columns…), or one with NULLs for
-    the message when none waited. Built once per pair of statements."""
-    key = (id(lease[0]), id(claim[0]))
+    the message when none waited. With `first` (a statement returning one
+    row, run as a part too) every row starts with that row's columns, and
+    there is one row with NULLs after them when the lease was not taken.
+    Built once per set of statements."""
+    key = (id(lease[0]), id(claim[0]), id(first[0]) if first else 0)
     known = _JOINT.get(key)
-    if known is None or known[0] is not lease[0] or known[1] is not claim[0]:
+    parts = (lease[0], claim[0], first[0] if first else None)
+    if known is None or any(a is not b for a, b in zip(known, parts, strict=False)):
         taken_lease = lease[0].cte("lease")
         claimed = claim[0].where(exists(select(taken_lease.c.token))).cte("claimed")
-        joint = select(taken_lease.c.token, *claimed.c).select_from(
-            taken_lease.outerjoin(claimed, true())
-        )
-        known = _JOINT[key] = (lease[0], claim[0], joint)
-    return known[2], {**lease[1], **claim[1]}
+        columns = [taken_lease.c.token, *claimed.c]
+        joined = taken_lease.outerjoin(claimed, true())
+        if first is not None:
+            made = first[0].cte("first")
+            columns = [*(c.label(f"first_{c.key}") for c in made.c), *columns]
+            joined = made.outerjoin(joined, true())
+        known = _JOINT[key] = (*parts, select(*columns).select_from(joined))
+    params = {**lease[1], **claim[1]}
+    if first is not None:
+        params |= first[1]
+    return known[3], params

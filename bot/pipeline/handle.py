@@ -25,15 +25,12 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
-from functools import partial
-
-from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.accounts.identity import UserRecord
 from bot.agent.content import user_content
 from bot.agent.guard import BLOCKED_REPLY
 from bot.agent.state import RunInput
-from bot.conversations import ConversationRecord, Conversations
+from bot.conversations import ConversationRecord
 from bot.errors import ShuttingDown
 from bot.llm.gate import arrived
 from bot.logs import current_run_id, run_scope
@@ -202,8 +199,9 @@ class Pipeline:
             msg = await self._delivery.fetch_files(msg)
             command = msg.source == "user" and self.s.commands.is_command(msg.text)
             # A new user's account, their conversation and its lease: one transaction.
-            resolve_in = partial(_resolve_in, self.s.conversations, msg)
-            also, attempt = (None, None) if command else self._early.for_account(msg, resolve_in)
+            also, attempt = (
+                (None, None) if command else self._early.for_account(msg, self.s.conversations)
+            )
             try:
                 user = await self.s.identity.resolve(msg, also=also)
             finally:
@@ -488,9 +486,3 @@ class Pipeline:
             await self._delivery.conclude([msg], state)
         except Exception:
             log.exception("inbox.finish_failed platform=%s", msg.platform)
-
-
-async def _resolve_in(
-    conversations: Conversations, msg: IncomingMessage, session: AsyncSession, _user_id: int
-) -> Callable[[], None]:
-    return await conversations.resolve_in(session, msg)

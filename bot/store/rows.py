@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic_core import PydanticUndefined
-from sqlalchemy import BindParameter, Executable, Table, bindparam, insert, select
+from sqlalchemy import BindParameter, Executable, Table, bindparam, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import visitors
 from sqlalchemy.sql.dml import Insert
@@ -286,32 +286,6 @@ def _insert(table: Table, *, returning: bool = False, many: bool = False) -> Any
 
 Write = tuple[Any, dict[str, Any]]
 """A prepared statement and its parameters."""
-
-_WITH_PARENT: dict[tuple[str, tuple[str, ...], str, tuple[str, ...], str], Any] = {}
-
-
-def with_parent(parent: NewRow, child: NewRow, key: str) -> Write:
-    """PostgreSQL: insert `parent` and `child`, whose column `key` takes the
-    parent's new id (whatever `child` has there), as one statement returning
-    (the child's id, the parent's id). Built once per tables and columns."""
-    columns = tuple(k for k in child if k != key)
-    form = (parent.table.name, tuple(parent), child.table.name, columns, key)
-    statement = _WITH_PARENT.get(form)
-    if statement is None:
-        up, down = parent.table, child.table
-        made = (
-            insert(up)
-            .values({k: bindparam(f"p_{k}", type_=up.c[k].type) for k in parent})
-            .returning(up.c.id)
-            .cte("parent")
-        )
-        values = select(made.c.id, *(bindparam(f"c_{k}", type_=down.c[k].type) for k in columns))
-        statement = _WITH_PARENT[form] = (
-            insert(down).from_select([key, *columns], values).returning(down.c.id, down.c[key])
-        )
-    params = {f"p_{k}": v for k, v in parent.items()} | {f"c_{k}": child[k] for k in columns}
-    return statement, params
-
 
 _COMBINED: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
 MAX_COMBINED = 256

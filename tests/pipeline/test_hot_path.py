@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func
+from sqlalchemy import event, func, text
 from sqlmodel import select
 
 from bot.accounts import budgets as budgets_module
@@ -190,18 +190,19 @@ async def test_a_new_users_account_and_conversation_are_one_transaction(make_app
         assert (await app.pipeline.handle(message("hello, I'm new"))).status == "answered"
     first = next(i for i, s in enumerate(seen) if "INSERT INTO users" in s)
     room = next(i for i, s in enumerate(seen) if "INSERT INTO conversations" in s)
-    assert first < room
-    assert not [s for s in seen[first:room] if s.startswith(("BEGIN", "COMMIT", "SELECT"))]
-    # The conversation's lease is taken in the account's transaction too.
-    after = seen[room:]
-    lease = next(i for i, s in enumerate(after) if "INSERT INTO leases" in s)
-    assert not [s for s in after[:lease] if s.startswith(("BEGIN", "SELECT"))]
+    lease = next(i for i, s in enumerate(seen) if "INSERT INTO leases" in s)
     if app.store.is_sqlite:  # intake; the account, conversation and lease; the turn; delivery
+        assert first < room < lease
+        assert not [s for s in seen[first:lease] if s.startswith(("BEGIN", "COMMIT", "SELECT"))]
         assert sum(s.startswith("BEGIN") for s in seen) == 4
-    else:  # the user with its link, the conversation (the budget with it), the lease with
-        # the claim of what waited: three statements
-        assert "INSERT INTO platform_links" in seen[first]
-        assert room == first + 1 and lease == 1
+    else:  # the user, its link and budget, the conversation, its lease with the claim of
+        # what waited: one statement, in autocommit (the ids drawn by the lookup before it)
+        assert first == room == lease
+        for table in ("platform_links", "budgets"):
+            assert f"INSERT INTO {table}" in seen[first]
+        assert "UPDATE inbox" in seen[first]
+        assert "nextval" in seen[first - 1]
+        assert not [s for s in seen if s.upper() in ("BEGIN", "COMMIT")]
     # A returning user's new conversation is created on its own, as ever.
     with statements(app) as seen:
         other = message("elsewhere", platform_channel_id="other-room")
@@ -211,22 +212,36 @@ async def test_a_new_users_account_and_conversation_are_one_transaction(make_app
 
 
 async def test_when_the_conversation_cannot_be_written_the_new_account_is_not_either(
-    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+    make_app, fake_anthropic
 ):
+    """The database refuses the new conversation (a trigger): the new user's
+    account, written with it, is not kept either; once it takes it, the
+    next message creates both."""
     app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
-    conversations = app.pipeline.s.conversations
-    real = conversations._upsert
-
-    async def broken(*args: Any) -> Any:
-        raise RuntimeError("disk on fire")
-
-    monkeypatch.setattr(conversations, "_upsert", broken)
+    if app.store.is_sqlite:
+        trigger = [
+            "CREATE TRIGGER refuse_room BEFORE INSERT ON conversations"
+            " BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+        ]
+    else:
+        trigger = [
+            "CREATE FUNCTION refuse_room() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION 'disk on fire'; END $$",
+            "CREATE TRIGGER refuse_room BEFORE INSERT ON conversations"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_room()",
+        ]
+    async with app.store.write() as s:
+        for statement in trigger:
+            await s.exec(text(statement))  # type: ignore[call-overload]
     outcome = await app.pipeline.handle(message("hello", event_id="e1"))
     assert outcome.status == "failed"
     async with app.store.read() as s:
         assert (await s.exec(select(func.count()).select_from(User))).one() == 0
         assert (await s.exec(select(func.count()).select_from(Budget))).one() == 0
-    monkeypatch.setattr(conversations, "_upsert", real)
+    async with app.store.write() as s:
+        await s.exec(
+            text("DROP TRIGGER refuse_room" + ("" if app.store.is_sqlite else " ON conversations"))
+        )  # type: ignore[call-overload]
     again = await app.pipeline.handle(message("hello again", event_id="e2"))
     assert again.status == "answered"
     async with app.store.read() as s:
