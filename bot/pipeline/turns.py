@@ -2,7 +2,8 @@
 result, the reply, the run record, its trace spans, token logs, the budget
 settlement, the final state of its inbox messages and its replies in the
 outbox — in one transaction, with SQLAlchemy Core (one INSERT per table,
-`bot.store.rows`), not the ORM's unit of work.
+`bot.store.rows`), not the ORM's unit of work. (On PostgreSQL a live turn is
+one statement instead: `bot.pipeline.turn_statement`.)
 
 The inbox update is also the fence: it only finishes messages still leased to
 this instance, and if another instance has taken one over (this process
