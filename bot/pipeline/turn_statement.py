@@ -15,7 +15,7 @@ the statement's main SELECT reads:
   undoes every part; `LeaseLost` is raised, as the transaction would;
 - the charge's `used` and `overage` (`Budgets.charge_write`: one UPDATE that
   also releases the holds and starts a new month);
-- the new outbox ids, in the replies' order.
+- the new outbox ids, in the replies' order (as text: see `_statement`).
 
 The parts see the database as it was before the statement and touch
 different rows, which is what `bot.store.rows.combined` requires. A turn with
@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Integer, bindparam, case, cast, func, literal_column, select
-from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.exc import DBAPIError
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -91,7 +90,7 @@ async def write_turn_at_once(
         if LEASE_LOST in str(exc.orig):
             raise LeaseLost(f"run {rows.run['id']}: a message of this run was taken over") from exc
         raise
-    ids = row.outbox or []
+    ids = [int(i) for i in row.outbox.split(",")] if row.outbox else []
     if len(ids) != len(outgoing):
         raise RuntimeError(f"outbox: {len(outgoing)} rows written, {len(ids)} ids returned")
     charged = None
@@ -133,8 +132,10 @@ def _statement(fenced: bool, charge: Any, added: Any) -> Any:
         columns += [literal_column("NULL").label("used"), literal_column("NULL").label("overage")]
     if added is not None:
         new = added.returning(added.table.c.id).cte("added")
-        ids = select(func.array_agg(aggregate_order_by(new.c.id, new.c.id)))
-        columns.append(ids.scalar_subquery().label("outbox"))
+        # As text ("4,5"): an integer array would make asyncpg look its type
+        # up (a query of its own) on every connection's first turn.
+        listed: Any = literal_column("string_agg(CAST(added.id AS TEXT), ',' ORDER BY added.id)")
+        columns.append(select(listed).select_from(new).scalar_subquery().label("outbox"))
     else:
         columns.append(literal_column("NULL").label("outbox"))
     statement = select(*columns)
