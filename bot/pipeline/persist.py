@@ -1,9 +1,11 @@
 """Writing a finished turn, whatever the database does.
 
 `TurnWriter.save` commits the turn (`bot.pipeline.turns`), retrying with
-backoff while the database is unavailable. A turn that still cannot be written
-is kept in the `Spool`, a local file of one JSON line per turn, and written when
-the database is back (`replay`, from the recovery sweep): the conversation keeps
+backoff while the database is unavailable (a retry first looks whether the
+failed attempt did commit, its answer lost on the way back: then the turn is
+taken as stored, its replies sent from the outbox). A turn that still cannot
+be written is kept in the `Spool`, a local file of one JSON line per turn, and
+written when the database is back (`replay`, from the recovery sweep): the conversation keeps
 the turn and the budget is charged what the run spent. Replaying is idempotent
 (a run id already stored is skipped). Attachments' bytes are not spooled.
 
@@ -23,15 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import SQLModel
+from sqlmodel import SQLModel, col, select
 
 from bot.accounts.budgets import Budgets, Hold
 from bot.config import Price
 from bot.pipeline import turn_statement
-from bot.pipeline.outbox import Outbox
+from bot.pipeline.outbox import Outbox, Outgoing
 from bot.pipeline.turns import LeaseLost, TurnRecord, TurnRows, TurnSaved, turn_rows, write_turn
 from bot.store import Store
-from bot.store.models import Message, Run, TokenLog, TraceSpan
+from bot.store.models import Message, OutboxItem, Run, TokenLog, TraceSpan
 from bot.store.rows import NewRow, as_new_row
 from bot.types import Reply, Role
 
@@ -164,8 +166,11 @@ class TurnWriter:
             self._retry_seconds if retry_seconds is None else retry_seconds
         )
         delay = 0.25
+        failed = False
         while True:
             try:
+                if failed and (stored := await self._stored(rows, turn.replies)) is not None:
+                    return Saved(stored)
                 return Saved(await self._write(rows, turn.replies))
             except LeaseLost as exc:
                 log.warning("run.lease_lost run=%s: %s; not saved, not sent", turn.run_id, exc)
@@ -175,6 +180,7 @@ class TurnWriter:
                     log.error("run.not_saved run=%s: %s; spooling the turn", turn.run_id, exc)
                     break
                 log.warning("run.save_retry run=%s in=%.2fs: %s", turn.run_id, delay, exc)
+                failed = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         try:
@@ -182,6 +188,26 @@ class TurnWriter:
         except OSError:
             log.exception("spool.write_failed run=%s: the turn is lost", turn.run_id)
         return Saved(spooled=True)
+
+    async def _stored(self, rows: TurnRows, replies: Sequence[Reply]) -> TurnSaved | None:
+        """Before trying again: the turn as stored when a failed attempt did
+        commit (the database's answer was lost on the way back), so that the
+        retry neither fails on what is there nor leaves its replies unsent in
+        the outbox; None when it is not stored."""
+        run_id = rows.run["id"]
+        async with self._store.read() as session:
+            if (await session.exec(select(Run.id).where(Run.id == run_id))).first() is None:
+                return None
+            ids = (
+                await session.exec(
+                    select(OutboxItem.id)
+                    .where(OutboxItem.run_id == run_id)
+                    .order_by(col(OutboxItem.id))
+                )
+            ).all()
+        log.warning("run.saved_before run=%s: the attempt that failed had committed", run_id)
+        outgoing = [Outgoing(int(i or 0), reply) for i, reply in zip(ids, replies, strict=False)]
+        return TurnSaved(None, len(rows.messages), outgoing)
 
     async def _write(self, rows: TurnRows, replies: Sequence[Reply]) -> TurnSaved:
         """Commit the turn: on PostgreSQL a live turn is one statement

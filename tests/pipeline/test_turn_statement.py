@@ -149,3 +149,41 @@ async def test_on_postgres_a_turn_is_one_statement(make_app, fake_anthropic):
     assert [o.state for o in outbox] == ["sent", "sent"]
     assert adapter.sent[-1].text == outbox[-1].text
     assert budget.used == tokens  # both turns charged, once each
+
+
+async def test_a_turn_committed_whose_answer_was_lost_is_stored_once_and_sent_once(
+    make_app, fake_anthropic, monkeypatch, caplog
+):
+    """The database committed the turn, but its answer never came back (the
+    connection dropped just after): the retry finds the turn stored, writes
+    nothing more, and the reply stored with it goes out once, from the
+    outbox (before, the retry failed on what was there and the reply stayed
+    unsent in the outbox, leased to this process, or was sent twice)."""
+    app, adapter = await open_app(make_app)
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    before, sent = await counts(app), len(adapter.sent)
+    writer = app.pipeline.s.writer
+    write = writer._write
+    lost: list[object] = []
+
+    async def answer_lost(*args):  # type: ignore[no-untyped-def]
+        saved = await write(*args)
+        if not lost:
+            lost.append(saved)
+            raise ConnectionResetError("connection lost before the database's answer")
+        return saved
+
+    monkeypatch.setattr(writer, "_write", answer_lost)
+    caplog.set_level(logging.WARNING, logger="switchboard.spool")
+    assert (await app.pipeline.handle(message("once, please"))).status == "answered"
+    await app.pipeline.idle()
+    assert lost  # the answer was lost once
+    after = await counts(app)
+    assert after["Run"] == before["Run"] + 1
+    assert after["Message"] == before["Message"] + 2
+    assert after["OutboxItem"] == before["OutboxItem"] + 1
+    assert len(adapter.sent) == sent + 1
+    async with app.store.read() as s:
+        assert set((await s.exec(select(OutboxItem.state))).all()) == {"sent"}
+    assert "run.saved_before" in caplog.text
+    assert "run.not_saved" not in caplog.text
