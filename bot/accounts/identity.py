@@ -48,7 +48,8 @@ class UserRecord:
 Also = Callable[[AsyncSession, int], Awaitable[Callable[[], None]]]
 """Work for the transaction that creates an account (given its session and the
 new account's id): it writes, and returns what to call once that transaction
-has committed."""
+has committed. On PostgreSQL the session is in autocommit: the work runs at
+most one statement that waits, which the account's rows ride on (`_create`)."""
 
 
 def current_period() -> str:
