@@ -65,22 +65,20 @@ _RECORD_COLUMNS = (
 )
 
 
-def _upsert(dialect: Any, keys: tuple[str, ...] = ()) -> Any:
-    """The get-or-create statement; with `keys`, its values are the
-    parameters `c_<key>` (a part of a larger statement needs them named)."""
-    base = dialect.insert(Conversation)
-    if keys:
-        columns = Conversation.__table__.c  # type: ignore[attr-defined]
-        base = base.values({k: bindparam(f"c_{k}", type_=columns[k].type) for k in keys})
+def _upsert_statement(dialect: Any, keys: tuple[str, ...]) -> Any:
+    """The get-or-create statement for the columns `keys`, their values the
+    parameters `c_<key>` (named: it may run as a part of a larger statement)."""
+    columns = Conversation.__table__.c  # type: ignore[attr-defined]
+    base = dialect.insert(Conversation).values(
+        {k: bindparam(f"c_{k}", type_=columns[k].type) for k in keys}
+    )
     return base.on_conflict_do_update(
         index_elements=[col(Conversation.key)], set_={"key": base.excluded.key}
     ).returning(*_RECORD_COLUMNS)
 
 
-_UPSERT = {"postgresql": _upsert(postgresql), "sqlite": _upsert(sqlite)}
-"""`_create`'s statement per dialect, built once (the values come as parameters)."""
-_UPSERT_PARTS: dict[tuple[str, tuple[str, ...]], Any] = {}
-"""`upserting`'s statements, per dialect and columns."""
+_UPSERT: dict[tuple[str, tuple[str, ...]], Any] = {}
+"""The get-or-create statements, built once per dialect and columns."""
 
 MAX_HISTORY_ROWS = 2000
 """Safety cap on rows loaded for one run; compaction keeps histories far shorter."""
@@ -230,18 +228,23 @@ class Conversations:
         when the conversation is known here (nothing to write)."""
         if msg.conversation_key in self._cache:
             return None
-        row = _new_row(
-            msg.conversation_key,
-            msg.platform,
-            msg.platform_channel_id,
-            msg.platform_thread_id,
-            msg.platform_server_id,
+        return self._upsert_write(
+            _new_row(
+                msg.conversation_key,
+                msg.platform,
+                msg.platform_channel_id,
+                msg.platform_thread_id,
+                msg.platform_server_id,
+            )
         )
+
+    def _upsert_write(self, row: NewRow) -> Write:
+        """The get-or-create statement for `row` and its parameters."""
         keys = tuple(row)
-        statement = _UPSERT_PARTS.get((self._store.dialect, keys))
+        statement = _UPSERT.get((self._store.dialect, keys))
         if statement is None:
             dialect = postgresql if self._store.dialect == "postgresql" else sqlite
-            statement = _UPSERT_PARTS[self._store.dialect, keys] = _upsert(dialect, keys)
+            statement = _UPSERT[self._store.dialect, keys] = _upsert_statement(dialect, keys)
         return statement, {f"c_{key}": value for key, value in row.items()}
 
     def stored(self, row: Sequence[Any]) -> Callable[[], None]:
@@ -266,8 +269,8 @@ class Conversations:
         """One statement: INSERT … ON CONFLICT (key) DO UPDATE (a no-op) …
         RETURNING, so a conversation created concurrently is returned as stored
         (no error, no second query)."""
-        row = _new_row(key, platform, channel_id, thread_id, server_id)
-        return _returned((await execute(session, _UPSERT[self._store.dialect], row)).one())
+        write = self._upsert_write(_new_row(key, platform, channel_id, thread_id, server_id))
+        return _returned((await execute(session, *write)).one())
 
     async def get(self, key: str) -> ConversationRecord | None:
         async with self._store.read() as session:
