@@ -5,8 +5,8 @@ backoff while the database is unavailable (a retry first looks whether the
 failed attempt did commit, its answer lost on the way back: then the turn is
 taken as stored, its replies sent from the outbox). A turn that still cannot
 be written is kept in the `Spool`, a local file of one JSON line per turn, and
-written when the database is back (`replay`, from the recovery sweep): the conversation keeps
-the turn and the budget is charged what the run spent. Replaying is idempotent
+written when the database is back (`replay`, from the recovery sweep): the
+conversation keeps the turn and the budget is charged what the run spent. Replaying is idempotent
 (a run id already stored is skipped). Attachments' bytes are not spooled.
 
 A turn whose messages another instance took over (`LeaseLost`) is not saved:

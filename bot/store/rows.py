@@ -103,12 +103,10 @@ def _multi_row(statement: Any, rows: list[dict[str, Any]]) -> Write | None:
         or statement._values is not None
         or statement._multi_values
         or statement._returning
-        or len(rows) > MAX_KEPT_ROWS
+        or not _one_form(rows)
     ):
         return None
     keys = tuple(rows[0])
-    if any(tuple(row) != keys for row in rows):
-        return None
     form = (statement.table.name, keys, len(rows))
     built = _MULTI.get(form)
     if built is None:
@@ -127,14 +125,15 @@ def keepable(rows: Rows) -> bool:
     """Whether `insert_rows(rows, wait=False)` keeps `rows` back on
     PostgreSQL (none, or up to `MAX_KEPT_ROWS` new rows of the same columns)
     rather than sending them on their own."""
-    if not rows:
-        return True
-    first = rows[0]
-    return (
-        isinstance(first, NewRow)
-        and len(rows) <= MAX_KEPT_ROWS
-        and all(tuple(row) == tuple(first) for row in rows)
-    )
+    return not rows or (isinstance(rows[0], NewRow) and _one_form(rows))  # type: ignore[arg-type]
+
+
+def _one_form(rows: Sequence[dict[str, Any]]) -> bool:
+    """At least one row, at most `MAX_KEPT_ROWS`, all of the same columns."""
+    if not rows or len(rows) > MAX_KEPT_ROWS:
+        return False
+    keys = tuple(rows[0])
+    return all(tuple(row) == keys for row in rows)
 
 
 def multi_row(rows: Sequence[NewRow]) -> Write:
