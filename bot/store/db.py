@@ -43,6 +43,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.errors import StartupError
 from bot.store import sqlite_driver
 from bot.store.diagnose import explain, missing_tables
+from bot.store.pool import KeepingPool
 from bot.store.rows import flush_deferred
 
 log = logging.getLogger("switchboard.store")
@@ -87,11 +88,7 @@ class Store:
                     "async_creator": lambda: sqlite_driver.connect(database),
                 }
         else:
-            pool = {
-                "pool_size": pool_size,
-                "max_overflow": max_overflow,
-                "pool_timeout": pool_timeout,
-            }
+            pool = {**KeepingPool.sized(pool_size, max_overflow), "pool_timeout": pool_timeout}
             if schema:
                 connect_args["server_settings"] = {"search_path": schema}
         self.schema = schema
@@ -104,9 +101,8 @@ class Store:
             self.urgent_engine = create_async_engine(
                 url,
                 connect_args=connect_args,
-                pool_size=URGENT_POOL_SIZE,
-                max_overflow=URGENT_POOL_SIZE * 2,
                 pool_timeout=pool_timeout,
+                **KeepingPool.sized(URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2),
             )
         if self.dialect == "sqlite":
             on_loop = sqlite_on_loop and "async_creator" in pool
