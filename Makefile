@@ -40,6 +40,7 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.frontdoor
 	$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000
 	@if [ -n "$$SWITCHBOARD_TEST_POSTGRES_URL" ]; then \
+		$(BIN)/python -m tests.benchmarks.frontdoor --database postgres && \
 		$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000 --database postgres; fi
 	$(BIN)/python -m tests.benchmarks.flow
 

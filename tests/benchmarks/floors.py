@@ -1,0 +1,191 @@
+"""The floors of `tests.benchmarks.pipeline`: a minimal durable bot doing the
+same essential I/O per message as the service, and nothing else. Per message,
+the inbox row in one transaction; then the user's message and the reply, the
+outbox row and the inbox row's status in a second one. On SQLite with
+aiosqlite (a worker thread) in WAL mode; on PostgreSQL with asyncpg (which
+prepares and caches its statements), in the benchmark's own schema.
+
+Sequential: one message after another (p50 and CPU per message). Concurrent:
+n messages at once with the model's delay between the two transactions (the
+wall time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import aiosqlite
+import asyncpg
+
+from tests.benchmarks.counting import socket_writes
+
+FLOOR_TABLES = (
+    "CREATE TABLE inbox (event_id TEXT PRIMARY KEY, payload TEXT, status TEXT);"
+    "CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation TEXT, role TEXT,"
+    " content TEXT);"
+    "CREATE TABLE outbox (id INTEGER PRIMARY KEY, conversation TEXT, content TEXT);"
+)
+
+
+async def open_floor(url: str, name: str) -> aiosqlite.Connection:
+    db = await aiosqlite.connect(url.split("///", 1)[1] + name, isolation_level=None)
+    await db.execute("PRAGMA journal_mode=WAL")
+    await db.execute("PRAGMA synchronous=NORMAL")
+    await db.executescript(FLOOR_TABLES)
+    return db
+
+
+async def floor_accept(db: aiosqlite.Connection, i: int) -> None:
+    """The minimal bot's first transaction: the inbox row."""
+    await db.execute("BEGIN")
+    await db.execute("INSERT INTO inbox VALUES (?, ?, 'pending')", (f"e{i}", f"message number {i}"))
+    await db.execute("COMMIT")
+
+
+async def floor_finish(db: aiosqlite.Connection, i: int, conversation: str) -> None:
+    """Its second: the user's message and the reply, the outbox row, the inbox
+    row's status."""
+    await db.execute("BEGIN")
+    await db.executemany(
+        "INSERT INTO messages (conversation, role, content) VALUES (?, ?, ?)",
+        [(conversation, "user", f"message number {i}"), (conversation, "assistant", "ok")],
+    )
+    await db.execute(
+        "INSERT INTO outbox (conversation, content) VALUES (?, ?)", (conversation, "ok")
+    )
+    await db.execute("UPDATE inbox SET status = 'answered' WHERE event_id = ?", (f"e{i}",))
+    await db.execute("COMMIT")
+
+
+async def minimal_bot(url: str, n: int) -> tuple[float, float]:
+    """The floor: per message, the inbox insert in one transaction; then the
+    user's message and the reply, the outbox row and the inbox row's status in
+    a second one; on aiosqlite (a worker thread) in WAL mode. Returns (p50 ms,
+    CPU ms) per message."""
+    db = await open_floor(url, ".floor")
+    try:
+        latencies = []
+        cpu = time.process_time()
+        for i in range(n):
+            t0 = time.perf_counter()
+            await floor_accept(db, i)
+            await floor_finish(db, i, f"c{i % 50}")
+            latencies.append((time.perf_counter() - t0) * 1000)
+        cpu = time.process_time() - cpu
+    finally:
+        await db.close()
+    return statistics.median(latencies), cpu / n * 1000
+
+
+async def minimal_bot_concurrent(url: str, n: int, delay: float) -> float:
+    """The floor for `concurrent`: `minimal_bot`'s two transactions per message
+    with the model's `delay` between them, n messages at once (transactions
+    take turns on the one connection). Returns the wall time."""
+    db = await open_floor(url, ".floor-concurrent")
+    turn = asyncio.Lock()
+
+    async def one(i: int) -> None:
+        async with turn:
+            await floor_accept(db, i)
+        await asyncio.sleep(delay)
+        async with turn:
+            await floor_finish(db, i, f"c{i}")
+
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        return time.perf_counter() - started
+    finally:
+        await db.close()
+
+
+PG_TABLES = (
+    "CREATE TABLE floor_inbox (event_id TEXT PRIMARY KEY, payload TEXT, status TEXT);"
+    "CREATE TABLE floor_messages (id BIGSERIAL PRIMARY KEY, conversation TEXT,"
+    " role TEXT, content TEXT);"
+    "CREATE TABLE floor_outbox (id BIGSERIAL PRIMARY KEY, conversation TEXT, content TEXT);"
+)
+
+
+async def pg_accept(conn: asyncpg.Connection, i: int) -> None:
+    """`floor_accept` on PostgreSQL."""
+    async with conn.transaction():
+        await conn.execute(
+            "INSERT INTO floor_inbox VALUES ($1, $2, 'pending')", f"e{i}", f"message number {i}"
+        )
+
+
+async def pg_finish(conn: asyncpg.Connection, i: int, conversation: str) -> None:
+    """`floor_finish` on PostgreSQL."""
+    async with conn.transaction():
+        await conn.executemany(
+            "INSERT INTO floor_messages (conversation, role, content) VALUES ($1, $2, $3)",
+            [(conversation, "user", f"message number {i}"), (conversation, "assistant", "ok")],
+        )
+        await conn.execute(
+            "INSERT INTO floor_outbox (conversation, content) VALUES ($1, $2)", conversation, "ok"
+        )
+        await conn.execute(
+            "UPDATE floor_inbox SET status = 'answered' WHERE event_id = $1", f"e{i}"
+        )
+
+
+def _dsn(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def minimal_bot_postgres(url: str, schema: str, n: int) -> tuple[float, float, float]:
+    """`minimal_bot` on PostgreSQL, on one connection. Returns (p50 ms, CPU ms)
+    per message and its round trips per message, on a short untimed pass after."""
+    conn = await asyncpg.connect(_dsn(url), server_settings={"search_path": schema})
+
+    async def one(i: int) -> None:
+        await pg_accept(conn, i)
+        await pg_finish(conn, i, f"c{i % 50}")
+
+    try:
+        await conn.execute(PG_TABLES)
+        latencies = []
+        cpu = time.process_time()
+        for i in range(n):
+            t0 = time.perf_counter()
+            await one(i)
+            latencies.append((time.perf_counter() - t0) * 1000)
+        cpu = time.process_time() - cpu
+        with socket_writes() as writes:
+            for i in range(n, n + 20):
+                await one(i)
+    finally:
+        await conn.close()
+    return statistics.median(latencies), cpu / n * 1000, writes[0] / 20
+
+
+async def minimal_bot_concurrent_postgres(
+    url: str, schema: str, n: int, delay: float, connections: int
+) -> float:
+    """`minimal_bot_concurrent` on PostgreSQL: each transaction on a connection
+    of a pool of `connections` (the service's own pool size). Returns the wall
+    time. Its tables are made afresh (`minimal_bot_postgres` may have made them)."""
+    pool = await asyncpg.create_pool(
+        _dsn(url), min_size=1, max_size=connections, server_settings={"search_path": schema}
+    )
+
+    async def one(i: int) -> None:
+        async with pool.acquire() as conn:
+            await pg_accept(conn, i)
+        await asyncio.sleep(delay)
+        async with pool.acquire() as conn:
+            await pg_finish(conn, i, f"c{i}")
+
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "DROP TABLE IF EXISTS floor_inbox, floor_messages, floor_outbox;" + PG_TABLES
+            )
+        started = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        return time.perf_counter() - started
+    finally:
+        await pool.close()
