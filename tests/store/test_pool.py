@@ -125,6 +125,38 @@ async def test_overflow_connections_are_closed_once_unneeded_for_a_while(pg: Dat
         await engine.dispose()
 
 
+async def test_kept_connections_the_server_cut_while_idle_are_replaced_not_failed(
+    pg: Database,
+) -> None:
+    """Every connection a burst left open is ended by the server (a restart, an
+    administrator) while idle in the pool: the next burst's statements all run,
+    on new backends, none fails."""
+    store = pg.store(pool_size=2, max_overflow=3)
+    counted = Opened(store.engine)
+    try:
+        kept = await burst(store.engine, 5)
+        async with store.urgent_engine.connect() as other:
+            await other.execute(
+                text("SELECT pg_terminate_backend(pid) FROM unnest(CAST(:pids AS int[])) AS pid"),
+                {"pids": sorted(kept)},
+            )
+            alive = text("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(:pids)")
+            for _ in range(500):
+                left = (await other.execute(alive, {"pids": sorted(kept)})).scalar_one()
+                await other.rollback()  # a new snapshot of pg_stat_activity next time
+                if left == 0:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError(f"{left} of the backends still there")
+        await asyncio.sleep(0.2)  # the server's goodbyes reach the idle connections
+        again = await burst(store.engine, 5)
+        assert not again & kept
+        assert counted.opened == 10
+    finally:
+        await store.dispose()
+
+
 async def test_a_disposed_pool_is_recreated_with_the_same_sizes(pg: Database) -> None:
     store = pg.store(pool_size=2, max_overflow=3)
     try:
