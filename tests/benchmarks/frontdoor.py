@@ -27,7 +27,7 @@ most 1.5× the minimal bot's, every delivery acknowledged within 3 s.
 
 SQLite by default; PostgreSQL needs SWITCHBOARD_TEST_POSTGRES_URL. The floor
 beside the figures is measured in the same run, the same way: a minimal bot
-doing the same I/O (`tests.benchmarks.minimal_bot`: verify the signature,
+doing the same I/O on the same database (`tests.benchmarks.minimal_bot`: verify the signature,
 dedupe insert, read the last 40 messages, stream the SDK call, store both
 messages in one transaction, post) against the same fakes.
 """
