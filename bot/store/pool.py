@@ -7,7 +7,7 @@ for one round trip and give it back, so under a burst (a thousand messages at
 once) the pool sat at its size with every return beyond it closed and the next
 checkout opening a new one: a TCP connection, PostgreSQL's TLS negotiation,
 startup and authentication, and every statement prepared again on it. 1,000
-messages at once opened 160–210 connections, a third of the process's CPU.
+messages at once opened 160–210 connections: about a fifth of the process's CPU.
 
 `KeepingPool` holds up to `pool_size + max_overflow` connections, opened as
 load needs them (as before), and keeps those beyond `pool_size` open while the
