@@ -81,6 +81,18 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
 
 
 @pytest.fixture
+async def pg(tmp_path: Path) -> AsyncIterator[Database]:
+    """A fresh PostgreSQL schema, for tests that need PostgreSQL itself (they
+    skip without SWITCHBOARD_TEST_POSTGRES_URL)."""
+    db = Database("postgres", tmp_path)
+    await db.create()
+    try:
+        yield db
+    finally:
+        await db.drop()
+
+
+@pytest.fixture
 async def sqlite_database(tmp_path: Path) -> Database:
     return Database("sqlite", tmp_path)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +30,6 @@ pytestmark = [
 ]
 
 CONVERSATION = re.compile(r"^(c\d+|burst)-")
-
-
-@pytest.fixture
-async def pg(tmp_path: Path) -> AsyncIterator[Database]:
-    db = Database("postgres", tmp_path)
-    await db.create()
-    try:
-        yield db
-    finally:
-        await db.drop()
 
 
 def conversation_of(body: dict[str, Any]) -> str:

@@ -6,8 +6,6 @@ max_overflow of them, and the pool is back to pool_size once they go unneeded.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import event, text
@@ -21,16 +19,6 @@ pytestmark = [
     pytest.mark.postgres,
     pytest.mark.skipif(not POSTGRES_URL, reason="SWITCHBOARD_TEST_POSTGRES_URL not set"),
 ]
-
-
-@pytest.fixture
-async def pg(tmp_path: Path) -> AsyncIterator[Database]:
-    db = Database("postgres", tmp_path)
-    await db.create()
-    try:
-        yield db
-    finally:
-        await db.drop()
 
 
 class Opened:

@@ -47,16 +47,6 @@ def telegram_env(db: Database, model: FakeAnthropic, telegram: FakeTelegram, por
     return env
 
 
-@pytest.fixture
-async def pg(tmp_path: Path):  # type: ignore[no-untyped-def]
-    db = Database("postgres", tmp_path)
-    await db.create()
-    try:
-        yield db
-    finally:
-        await db.drop()
-
-
 async def replies_recorded(db: Database, within: float = 30.0) -> None:
     store = db.store()
     try:
