@@ -41,7 +41,7 @@ class DatabaseSettings(Section):
     """PostgreSQL: connections kept open (each instance; mind max_connections)."""
     max_overflow: int = Field(default=20, ge=0, le=500)
     """PostgreSQL: extra connections opened under load, kept while it lasts,
-    closed once unneeded for a minute (`bot.store.pool`)."""
+    closed as they come back once unneeded for a minute (`bot.store.pool`)."""
     pool_timeout_seconds: float = Field(default=30.0, gt=0)
     """PostgreSQL: how long a statement may wait for a free connection."""
 

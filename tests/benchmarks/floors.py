@@ -19,7 +19,16 @@ import time
 import aiosqlite
 import asyncpg
 
+from bot.config.sections import DatabaseSettings
 from tests.benchmarks.counting import socket_writes
+
+
+def service_connections() -> int:
+    """The most connections the service's pool opens by default (pool_size +
+    max_overflow): the PostgreSQL floors' pool size."""
+    database = DatabaseSettings()
+    return database.pool_size + database.max_overflow
+
 
 FLOOR_TABLES = (
     "CREATE TABLE inbox (event_id TEXT PRIMARY KEY, payload TEXT, status TEXT);"
@@ -162,14 +171,16 @@ async def minimal_bot_postgres(url: str, schema: str, n: int) -> tuple[float, fl
     return statistics.median(latencies), cpu / n * 1000, writes[0] / 20
 
 
-async def minimal_bot_concurrent_postgres(
-    url: str, schema: str, n: int, delay: float, connections: int
-) -> float:
+async def minimal_bot_concurrent_postgres(url: str, schema: str, n: int, delay: float) -> float:
     """`minimal_bot_concurrent` on PostgreSQL: each transaction on a connection
-    of a pool of `connections` (the service's own pool size). Returns the wall
-    time. Its tables are made afresh (`minimal_bot_postgres` may have made them)."""
+    of a pool as large as the service's (`service_connections`). Returns the
+    wall time. Its tables are made afresh (`minimal_bot_postgres` may have made
+    them)."""
     pool = await asyncpg.create_pool(
-        _dsn(url), min_size=1, max_size=connections, server_settings={"search_path": schema}
+        _dsn(url),
+        min_size=1,
+        max_size=service_connections(),
+        server_settings={"search_path": schema},
     )
 
     async def one(i: int) -> None:

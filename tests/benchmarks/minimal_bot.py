@@ -40,6 +40,8 @@ from aiohttp import web
 from anthropic import AsyncAnthropic
 from slack_sdk.web.async_client import AsyncWebClient
 
+from tests.benchmarks.floors import service_connections
+
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS events (event_id TEXT PRIMARY KEY);"
     "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, conversation TEXT,"
@@ -55,8 +57,6 @@ PG_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS floor_messages_conversation"
     " ON floor_messages (conversation, id);"
 )
-PG_CONNECTIONS = 30
-"""the service's pool at most (pool_size + max_overflow, the defaults)"""
 
 
 class SqliteRows:
@@ -193,7 +193,7 @@ async def open_rows() -> tuple[SqliteRows | PostgresRows, Callable[[], Awaitable
         pool = await asyncpg.create_pool(
             url.replace("postgresql+asyncpg://", "postgresql://"),
             min_size=1,
-            max_size=PG_CONNECTIONS,
+            max_size=service_connections(),
             server_settings={"search_path": schema},
         )
         await pool.execute(PG_SCHEMA)

@@ -221,10 +221,9 @@ async def concurrent(url: str, conversations: int, schema: str | None = None) ->
     await app.close()
     if url.startswith("sqlite"):
         floor: float | None = await minimal_bot_concurrent(url, conversations, 1.0)
-    else:  # the service's pool: its size and overflow
-        pool = Settings().database.pool_size + Settings().database.max_overflow
+    else:
         floor = (
-            await minimal_bot_concurrent_postgres(url, schema, conversations, 1.0, pool)
+            await minimal_bot_concurrent_postgres(url, schema, conversations, 1.0)
             if schema
             else None
         )
