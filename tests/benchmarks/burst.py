@@ -35,10 +35,10 @@ from tests.benchmarks.frontdoor import (
     cpu_seconds,
     measured,
     rig,
+    settle,
     worker,
 )
 from tests.benchmarks.load import deliver, dm
-from tests.fakes.anthropic import FakeAnthropic
 from tests.fakes.slack import BOT_USER_ID, FakeSlack, event_body
 from tests.service_rig import Service
 
@@ -166,15 +166,6 @@ async def burst(process: Service, fakes: Rig, shape: str, n: int, tag: str) -> B
             ).most_common()
         },
     )
-
-
-async def settle(model: FakeAnthropic, quiet: float = 1.0) -> None:
-    """Wait until the model has had no new request for `quiet` seconds (work
-    a process does after its replies, e.g. compaction, ends before the next)."""
-    count = -1
-    while count != model.request_count:
-        count = model.request_count
-        await asyncio.sleep(quiet)
 
 
 async def bursts(process: Service, fakes: Rig, shapes: list[str], n: int, tag: str) -> list[Burst]:

@@ -8,11 +8,15 @@ slack_sdk to the fake Slack. Two modes:
 Closed loop (the default): `--in-flight` workers (4), each in a DM of its own,
 send a signed Events API delivery and wait until its reply reaches the fake
 Slack, then send the next (the service is never offered more than it answers;
-the model answers at once). After a warm-up, prints messages/s, latency
-p50/p99 (event sent → reply posted) and the service process's CPU per message
-(user + system, from /proc). The figure to watch is CPU per message, the least
-sensitive to a shared machine; the issue's target is at most twice the minimal
-bot's.
+the model answers at once). Both processes run side by side; after a warm-up
+each, `--rounds` windows of each in turn (the minimal bot's, then the
+service's), so that a slow spell of a shared machine falls on both alike.
+Prints, over all windows, messages/s, latency p50/p99 (event sent → reply
+posted) and each process's CPU per message (user + system, from /proc, read
+once the process is quiet: its compaction after the last reply counts), with
+each round's CPU ratio. The figure to watch is CPU per message, the least
+sensitive to a shared machine; the issue's targets are at most twice the
+minimal bot's CPU and at least half its throughput.
 
 Burst (`--burst N`, `tests.benchmarks.burst`): N deliveries sent at once, the
 model taking 1 s per call, in N DMs and/or N threads of one channel
@@ -21,7 +25,7 @@ acknowledgement latency and Slack's retries; the issue's target is a wall at
 most 1.5× the minimal bot's, every delivery acknowledged within 3 s.
 
     python -m tests.benchmarks.frontdoor [--messages 400] [--in-flight 4]
-        [--database sqlite|postgres]
+        [--rounds 4] [--database sqlite|postgres]
     python -m tests.benchmarks.frontdoor --burst 1000 [--shape dms|threads|both]
         [--database sqlite|postgres]
 
@@ -82,6 +86,17 @@ def answer(text: str) -> str:
 
 
 @dataclass
+class Window:
+    """One closed-loop window of one process: what it answered, in how long,
+    for how much of its CPU (its work after the last reply included)."""
+
+    latencies: list[float]
+    elapsed: float
+    cpu: float
+    llm_calls: int
+
+
+@dataclass
 class Figures:
     messages: int
     rate: float
@@ -92,6 +107,19 @@ class Figures:
     """the process's CPU per message"""
     llm_calls: float
     """model requests per message (the service's include compaction's)"""
+
+    @classmethod
+    def of(cls, windows: list[Window]) -> Figures:
+        latencies = sorted(t for w in windows for t in w.latencies)
+        done = len(latencies)
+        return cls(
+            done,
+            done / sum(w.elapsed for w in windows),
+            statistics.median(latencies) * 1000,
+            latencies[max(0, int(done * 0.99) - 1)] * 1000,
+            sum(w.cpu for w in windows) / done * 1000,
+            sum(w.llm_calls for w in windows) / done,
+        )
 
 
 async def worker(
@@ -168,17 +196,36 @@ async def rig(database: str) -> AsyncIterator[Rig]:
             await db.drop()
 
 
-async def run(messages: int, in_flight: int, database: str) -> None:
+async def run(messages: int, in_flight: int, database: str, rounds: int) -> None:
+    """Both processes started, then `rounds` pairs of windows in turn (the
+    minimal bot's, then the service's), so that a machine's slow spell falls
+    on both alike; the figures are over all windows, with each pair's CPU
+    ratio beside them."""
     async with rig(database) as fakes:
         fixtures = (fakes.model, fakes.slack)
-        floor = await measured(
-            fakes.process(MINIMAL_BOT),
-            lambda p: measure(p, fixtures, messages, in_flight, "F"),
-        )
-        ours = await measured(
-            fakes.process(), lambda p: measure(p, fixtures, messages, in_flight, "S")
-        )
-    report(ours, floor, in_flight, database)
+        floor, ours = fakes.process(MINIMAL_BOT), fakes.process()
+        loops = [Loop(floor, fixtures, in_flight, "F"), Loop(ours, fixtures, in_flight, "S")]
+        for loop in loops:
+            await loop.process.start()
+        try:
+            for loop in loops:
+                await loop.window(max(5, messages // in_flight // 10))  # warm-up
+            per_dm = max(1, messages // rounds // in_flight)
+            pairs = [[await loop.window(per_dm) for loop in loops] for _ in range(rounds)]
+        except TimeoutError:
+            for loop in loops:
+                print(loop.process.log_text)
+            raise
+        finally:
+            for loop in loops:
+                await loop.process.stop()
+    report(
+        Figures.of([ours for _, ours in pairs]),
+        Figures.of([floor for floor, _ in pairs]),
+        [Figures.of([o]).cpu_ms / Figures.of([f]).cpu_ms for f, o in pairs],
+        in_flight,
+        database,
+    )
 
 
 async def measured(process: Service, work: Callable[[Service], Awaitable[T]]) -> T:
@@ -193,57 +240,76 @@ async def measured(process: Service, work: Callable[[Service], Awaitable[T]]) ->
         await process.stop()
 
 
-async def measure(
-    process: Service,
-    fakes: tuple[FakeAnthropic, FakeSlack],
-    messages: int,
-    in_flight: int,
-    tag: str,
-) -> Figures:
-    """Closed loop: `in_flight` DMs, each sending its next message once the
-    reply to the last one was posted; a warm-up first."""
-    assert process.proc is not None
-    model, slack = fakes
-    url = process.url + "/slack/events"
-    per_worker = max(1, messages // in_flight)
-    warm = max(5, per_worker // 10)
-    async with aiohttp.ClientSession() as http:
-        ignored: list[float] = []
-        await asyncio.gather(
-            *(
-                worker(http, url, slack, f"D{tag}{w}", warm, w * 1_000_000, ignored)
-                for w in range(in_flight)
-            )
-        )
+class Loop:
+    """Closed-loop traffic for one process: `in_flight` DMs, each sending its
+    next message once the reply to the last one was posted."""
+
+    def __init__(
+        self,
+        process: Service,
+        fakes: tuple[FakeAnthropic, FakeSlack],
+        in_flight: int,
+        tag: str,
+    ) -> None:
+        self.process = process
+        self.model, self.slack = fakes
+        self.in_flight = in_flight
+        self.tag = tag
+        self.sent = 0
+        """messages sent so far in each DM"""
+
+    async def window(self, per_dm: int) -> Window:
+        """`per_dm` messages in each DM; CPU read once the process is quiet
+        (its compaction after the last reply counted)."""
+        proc = self.process.proc
+        assert proc is not None
+        url = self.process.url + "/slack/events"
         latencies: list[float] = []
-        cpu_before = cpu_seconds(process.proc.pid)
-        calls_before = model.request_count
-        started = time.perf_counter()
-        await asyncio.gather(
-            *(
-                worker(http, url, slack, f"D{tag}{w}", per_worker, w * 1_000_000 + warm, latencies)
-                for w in range(in_flight)
+        cpu_before = cpu_seconds(proc.pid)
+        calls_before = self.model.request_count
+        async with aiohttp.ClientSession() as http:
+            started = time.perf_counter()
+            await asyncio.gather(
+                *(
+                    worker(
+                        http,
+                        url,
+                        self.slack,
+                        f"D{self.tag}{w}",
+                        per_dm,
+                        w * 1_000_000 + self.sent,
+                        latencies,
+                    )
+                    for w in range(self.in_flight)
+                )
             )
+            elapsed = time.perf_counter() - started
+        self.sent += per_dm
+        await settle(self.model, quiet=0.3)
+        return Window(
+            latencies,
+            elapsed,
+            cpu_seconds(proc.pid) - cpu_before,
+            self.model.request_count - calls_before,
         )
-        elapsed = time.perf_counter() - started
-        cpu = cpu_seconds(process.proc.pid) - cpu_before
-        calls = model.request_count - calls_before
-    done = len(latencies)
-    latencies.sort()
-    return Figures(
-        done,
-        done / elapsed,
-        statistics.median(latencies) * 1000,
-        latencies[max(0, int(done * 0.99) - 1)] * 1000,
-        cpu / done * 1000,
-        calls / done,
-    )
 
 
-def report(ours: Figures, floor: Figures, in_flight: int, database: str) -> None:
+async def settle(model: FakeAnthropic, quiet: float = 1.0) -> None:
+    """Wait until the model has had no new request for `quiet` seconds (work
+    a process does after its replies, e.g. compaction, ends before the next)."""
+    count = -1
+    while count != model.request_count:
+        count = model.request_count
+        await asyncio.sleep(quiet)
+
+
+def report(
+    ours: Figures, floor: Figures, ratios: list[float], in_flight: int, database: str
+) -> None:
     print(
         f"front door: {ours.messages} Slack DMs, {in_flight} in flight, {database}, "
-        "instant model; beside each figure the minimal bot's (same I/O, same fakes)"
+        f"instant model, {len(ratios)} rounds; beside each figure the minimal bot's "
+        "(same I/O, same fakes)"
     )
     print(f"  LLM calls/msg   {ours.llm_calls:8.2f}   (minimal bot {floor.llm_calls:.2f})")
     print(f"  messages/s      {ours.rate:8.1f}   (minimal bot {floor.rate:.1f})")
@@ -253,14 +319,19 @@ def report(ours: Figures, floor: Figures, in_flight: int, database: str) -> None
     )
     print(
         f"  process CPU     {ours.cpu_ms:8.1f} ms/message   (minimal bot {floor.cpu_ms:.1f} ms: "
-        f"{ours.cpu_ms / floor.cpu_ms:.1f}×; target ≤ 2×)"
+        f"{ours.cpu_ms / floor.cpu_ms:.2f}×; target ≤ 2×)"
     )
+    print(f"  CPU ratio per round   {', '.join(f'{r:.2f}×' for r in ratios)}")
+    print(f"  throughput ratio {ours.rate / floor.rate:8.2f}×   (target ≥ 0.5×)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=400)
     parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="closed loop: windows of each process, in turn"
+    )
     parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument(
         "--burst", type=int, metavar="N", help="N conversations at once, 1 s model (burst.py)"
@@ -273,7 +344,7 @@ def main() -> None:
         shapes = list(burst.SHAPES) if args.shape == "both" else [args.shape]
         asyncio.run(burst.run(args.burst, shapes, args.database))
     else:
-        asyncio.run(run(args.messages, args.in_flight, args.database))
+        asyncio.run(run(args.messages, args.in_flight, args.database, args.rounds))
 
 
 if __name__ == "__main__":

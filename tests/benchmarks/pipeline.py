@@ -17,7 +17,12 @@ created on the way); prints the same figures.
 Mode "concurrent": C conversations at once, the provider sleeping 1 s per call;
 prints the total wall time (ideal: just over 1 s) and beside it the minimal
 bot's: its two transactions per message with the same 1 s between them, C at
-once (on PostgreSQL on a pool as large as the service's).
+once (on PostgreSQL on a pool as large as the service's); and the CPU per
+message.
+
+Every mode opens the app and then settles the heap as `switchboard run` does
+(`bot.cli.run.settle_heap`: startup's objects out of the garbage collector's
+full passes), so that the figures are the service's.
 
     python -m tests.benchmarks.pipeline [--messages 2000] [--conversations 1000]
         [--database-url URL] [--mode sequential|newusers|concurrent|both]
@@ -42,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.app import App
+from bot.cli.run import settle_heap
 from bot.config import Secrets, Settings
 from bot.llm.types import LLMRequest, LLMResponse, TextBlock
 from bot.ports import TextCallback
@@ -123,6 +129,7 @@ async def open_app(url: str, delay: float, schema: str | None = None) -> tuple[A
     await app.open()
     adapter = NullAdapter()
     app.attach(adapter)
+    settle_heap(collect=True)  # as `switchboard run` does once the app is open
     return app, adapter
 
 
@@ -213,11 +220,13 @@ async def on_postgres(run: Callable[[str, str], Awaitable[None]]) -> None:
 
 async def concurrent(url: str, conversations: int, schema: str | None = None) -> None:
     app, adapter = await open_app(url, 1.0, schema)
+    cpu = time.process_time()
     started = time.perf_counter()
     outcomes = await asyncio.gather(
         *(app.pipeline.handle(msg(i, i, "conc")) for i in range(conversations))
     )
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     await app.close()
     if url.startswith("sqlite"):
         floor: float | None = await minimal_bot_concurrent(url, conversations, 1.0)
@@ -236,6 +245,7 @@ async def concurrent(url: str, conversations: int, schema: str | None = None) ->
         + (f"; other outcomes: {', '.join(others)}" if others else "")
         + (f"  (floor {floor:.2f} s: {elapsed / floor:.2f}×)" if floor else "")
     )
+    print(f"  CPU          {cpu / conversations * 1000:8.2f} ms/message")
     print(f"  peak RSS     {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")
 
 

@@ -1,6 +1,6 @@
-"""`make bench`'s in-process benchmark still runs and measures what it says, on
-both databases: a short run as a subprocess (its figures are not judged here:
-timing belongs to `make bench`, not to the tests)."""
+"""`make bench`'s benchmarks still run and measure what they say: short runs
+as subprocesses (their figures are not judged here: timing belongs to `make
+bench`, not to the tests)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from tests.conftest import POSTGRES_URL
 from tests.paths import REPO_ROOT
 
 
-def run_bench(*args: str) -> str:
+def run_bench(module: str, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "SWITCHBOARD_TEST_POSTGRES_URL"}
     if POSTGRES_URL:
         env["SWITCHBOARD_TEST_POSTGRES_URL"] = POSTGRES_URL
     done = subprocess.run(
-        [sys.executable, "-m", "tests.benchmarks.pipeline", *args],
+        [sys.executable, "-m", module, *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -41,7 +41,7 @@ def after(out: str, heading: str, pattern: str) -> re.Match[str]:
 
 @pytest.mark.skipif(not POSTGRES_URL, reason="SWITCHBOARD_TEST_POSTGRES_URL not set")
 def test_every_mode_runs_on_sqlite_and_postgresql_with_its_floor() -> None:
-    out = run_bench("--messages", "40", "--conversations", "30")
+    out = run_bench("tests.benchmarks.pipeline", "--messages", "40", "--conversations", "30")
     for where in ("SQLite", "PostgreSQL"):
         for heading in (f"sequential ({where}): 40 messages", f"new users ({where}): 40 first"):
             assert float(after(out, heading, r"throughput\s+([\d.]+)")[1]) > 0
@@ -56,3 +56,21 @@ def test_every_mode_runs_on_sqlite_and_postgresql_with_its_floor() -> None:
             r"wall time\s+[\d.]+ s\s+\((\d+) answered, (\d+) sent\)\s+\(floor [\d.]+ s",
         )
         assert concurrent.groups() == ("30", "30")
+        assert float(after(out, f"concurrent ({where})", r"CPU\s+([\d.]+) ms/message")[1]) > 0
+
+
+def test_front_door_closed_loop_measures_both_processes_in_turn() -> None:
+    """The service and the minimal bot as subprocesses behind the fakes, two
+    rounds of windows each: every message answered (the run would time out),
+    both processes' CPU read, one ratio per round."""
+    out = run_bench(
+        "tests.benchmarks.frontdoor", "--messages", "16", "--in-flight", "2", "--rounds", "2"
+    )
+    heading = "front door: 16 Slack DMs, 2 in flight, sqlite, instant model, 2 rounds"
+    calls = after(out, heading, r"LLM calls/msg\s+([\d.]+)\s+\(minimal bot ([\d.]+)\)")
+    assert float(calls[1]) >= 1 and float(calls[2]) == 1
+    cpu = after(out, heading, r"process CPU\s+([\d.]+) ms/message\s+\(minimal bot ([\d.]+) ms")
+    assert float(cpu[1]) > 0 and float(cpu[2]) > 0
+    ratios = after(out, heading, r"CPU ratio per round\s+(.*)")[1].split(", ")
+    assert len(ratios) == 2 and all(r.endswith("×") and float(r[:-1]) > 0 for r in ratios)
+    assert after(out, heading, r"throughput ratio\s+([\d.]+)×")
