@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,16 @@ def test_front_door_closed_loop_measures_both_processes_in_turn() -> None:
     ratios = after(out, heading, r"CPU ratio per round\s+(.*)")[1].split(", ")
     assert len(ratios) == 2 and all(r.endswith("×") and float(r[:-1]) > 0 for r in ratios)
     assert after(out, heading, r"throughput ratio\s+([\d.]+)×")
+
+
+def test_every_mode_runs_on_one_given_database_file(tmp_path: Path) -> None:
+    """`--database-url`: the modes share the file, and each mode's floor starts
+    from a fresh database of its own (the second used to find the first's
+    tables, fail, and leave the process hanging on the floor's open connection)."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'bench.db'}"
+    out = run_bench(
+        "tests.benchmarks.pipeline",
+        *("--messages", "10", "--conversations", "5", "--database-url", url),
+    )
+    for heading in ("sequential (SQLite): 10", "new users (SQLite): 10", "concurrent (SQLite): 5"):
+        assert after(out, heading, r"\(floor [\d.]+ (ms|s)")

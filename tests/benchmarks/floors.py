@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from pathlib import Path
 
 import aiosqlite
 import asyncpg
@@ -38,11 +39,24 @@ FLOOR_TABLES = (
 )
 
 
+def _remove(path: str) -> None:
+    for stale in (path, path + "-wal", path + "-shm"):
+        Path(stale).unlink(missing_ok=True)
+
+
 async def open_floor(url: str, name: str) -> aiosqlite.Connection:
-    db = await aiosqlite.connect(url.split("///", 1)[1] + name, isolation_level=None)
-    await db.execute("PRAGMA journal_mode=WAL")
-    await db.execute("PRAGMA synchronous=NORMAL")
-    await db.executescript(FLOOR_TABLES)
+    """A fresh floor database beside the SQLite file of `url` (one left by an
+    earlier mode or run on the same `--database-url` is replaced)."""
+    path = url.split("///", 1)[1] + name
+    _remove(path)
+    db = await aiosqlite.connect(path, isolation_level=None)
+    try:
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.executescript(FLOOR_TABLES)
+    except BaseException:
+        await db.close()  # its worker thread would keep the process from exiting
+        raise
     return db
 
 
