@@ -5,7 +5,10 @@ since its last compaction, or its prompt passed `compact_threshold` of the
 model's window, everything but the last `keep_last_messages` messages is
 summarized (after a memory flush) and the summary stored; later runs start from
 it (`Conversations.state`). A per-conversation lock that is never waited on
-(in-process) skips a compaction when one is already running. If the summary fails or times
+(in-process) skips a compaction when one is already running, and a run that
+read its history before another compaction (or a `/new`) landed asks for none:
+the history it judged is gone (in a busy conversation it used to summarize the
+two messages since, for two more LLM calls). If the summary fails or times
 out, the old messages are dropped anyway (a "truncation", keeping the previous
 summary), so a conversation never grows without bound and never wedges.
 
@@ -88,8 +91,12 @@ class Compactor:
         run_id: str,
         *,
         chat_type: str = "direct",
+        boundary: int | None = None,
     ) -> Compaction | None:
-        """Compact now; None when there is nothing to compact or one is running."""
+        """Compact now; None when there is nothing to compact, one is running,
+        or the history's `boundary` (as the run that asked saw it) has moved
+        since: a compaction (or `/new`) landed after that run read its history,
+        so what made it ask is gone (the next run decides afresh)."""
         if self.running(conversation.id):
             log.info("compaction.skipped conversation=%s (already running)", conversation.key)
             return None
@@ -105,18 +112,30 @@ class Compactor:
                         "compaction.skipped conversation=%s (on another instance)", conversation.key
                     )
                     return None
-            return await self._compact(conversation, user, run_id, chat_type)
+            return await self._compact(conversation, user, run_id, chat_type, boundary)
         finally:
             self._running.discard(conversation.id)
             if held is not None and self._leases is not None:
                 await self._leases.release(held)
 
     async def _compact(
-        self, conversation: ConversationRecord, user: UserRecord, run_id: str, chat_type: str
+        self,
+        conversation: ConversationRecord,
+        user: UserRecord,
+        run_id: str,
+        chat_type: str,
+        boundary: int | None,
     ) -> Compaction | None:
         agent = self._settings.agent
         async with self._store.read() as session:
             state = await self._conversations.state(session, conversation)
+        if boundary is not None and state.boundary != boundary:
+            log.info(
+                "compaction.skipped conversation=%s (compacted or reset since run %s read it)",
+                conversation.key,
+                run_id,
+            )
+            return None
         rows = state.history
         cut = len(rows) - agent.keep_last_messages
         while 0 < cut < len(rows) and rows[cut].role == "tool_result":

@@ -423,7 +423,11 @@ class Runner:
         if compactor.needed(stored, state.last_prompt_tokens + last_output, run.model):
             self.s.control.spawn(
                 compactor.compact(
-                    run.conversation, run.user, run.id, chat_type=run.first.chat_type
+                    run.conversation,
+                    run.user,
+                    run.id,
+                    chat_type=run.first.chat_type,
+                    boundary=history.boundary,
                 ),
                 name=f"compact:{run.conversation.key}",
             )

@@ -203,6 +203,51 @@ async def test_a_compaction_already_running_is_skipped(make_app, fake_anthropic)
     assert not compactor.running(conversation.id)
 
 
+async def test_a_run_that_read_the_history_before_a_compaction_landed_asks_for_none(
+    make_app, fake_anthropic
+):
+    """A busy conversation: the next message's run reads the history while the
+    last one's compaction is still being written, and ends after it landed. It
+    saw the old history (over the limit), but asking for another compaction
+    would summarize the two messages since: it is skipped, nothing is called."""
+    app, adapter, model = await open_app(make_app, fake_anthropic, memory_flush=False)
+    summary_held, reply_held = threading.Event(), threading.Event()
+    model.summary = text_reply("- summary", hold=summary_held)
+    await chat(app, "one", "two", "three")
+    assert (await app.pipeline.handle(message("four"))).status == "answered"  # 8 stored > 6
+    await fake_anthropic.wait_for_requests(5)  # four answers, then the held summary
+
+    def held_answers(body: dict[str, Any]) -> Any:
+        if is_summary(body) or is_flush(body):
+            return model(body)
+        return text_reply(f"echo: {last_user_text(body)}", hold=reply_held)
+
+    fake_anthropic.responder = held_answers
+    try:
+        five = asyncio.create_task(app.pipeline.handle(message("five")))
+        await fake_anthropic.wait_for_requests(6)  # five's run has read the history
+        summary_held.set()
+
+        async def summaries() -> list[ConversationSummary]:
+            async with app.store.read() as s:
+                return list((await s.exec(select(ConversationSummary))).all())
+
+        for _ in range(200):  # the first compaction lands
+            if await summaries():
+                break
+            await asyncio.sleep(0.02)
+        reply_held.set()
+        assert (await five).status == "answered"
+        await app.pipeline.idle()
+    finally:
+        summary_held.set()
+        reply_held.set()
+    assert adapter.texts[-1] == "echo: five"
+    assert model.summaries == 1
+    [only] = await summaries()
+    assert only.kind == "summary" and only.messages == 4
+
+
 async def test_a_long_tool_loop_is_compacted_mid_run(make_app, fake_anthropic):
     async def big(tool: ProbeTool, args: Mapping[str, Any]) -> str:
         return f"page {len(tool.calls)}: " + "lorem ipsum " * 150  # ~1,800 characters
