@@ -15,7 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 class SqlCounter:
     """Statements and committed transactions on the app's engines; of the
-    commits, those of a transaction that wrote (ran anything but a SELECT)."""
+    commits, those of a transaction that wrote (ran anything but a SELECT).
+    A statement is one that reads or writes rows: SQLite's BEGIN (sent as a
+    statement there, by the driver on PostgreSQL) is counted with its commit,
+    not as a statement, as the floors count theirs."""
 
     def __init__(self, engines: set[AsyncEngine]) -> None:
         self.statements = 0
@@ -29,8 +32,11 @@ class SqlCounter:
             event.listen(engine.sync_engine, "rollback", self._rollback)
 
     def _statement(self, connection: Connection, _cursor: object, sql: str, *_: object) -> None:
+        verb = sql.lstrip()[:6].upper()
+        if verb.startswith("BEGIN"):
+            return
         self.statements += 1
-        if sql.lstrip()[:6].upper() not in ("SELECT", "BEGIN"):
+        if verb != "SELECT":
             connection.info[_WROTE] = True
 
     def _commit(self, connection: Connection) -> None:
