@@ -95,6 +95,11 @@ class Window:
     cpu: float
     llm_calls: int
 
+    @property
+    def cpu_ms(self) -> float:
+        """CPU per message answered"""
+        return self.cpu / len(self.latencies) * 1000
+
 
 @dataclass
 class Figures:
@@ -205,9 +210,9 @@ async def run(messages: int, in_flight: int, database: str, rounds: int) -> None
         fixtures = (fakes.model, fakes.slack)
         floor, ours = fakes.process(MINIMAL_BOT), fakes.process()
         loops = [Loop(floor, fixtures, in_flight, "F"), Loop(ours, fixtures, in_flight, "S")]
-        for loop in loops:
-            await loop.process.start()
         try:
+            for loop in loops:
+                await loop.process.start()
             for loop in loops:
                 await loop.window(max(5, messages // in_flight // 10))  # warm-up
             per_dm = max(1, messages // rounds // in_flight)
@@ -222,7 +227,7 @@ async def run(messages: int, in_flight: int, database: str, rounds: int) -> None
     report(
         Figures.of([ours for _, ours in pairs]),
         Figures.of([floor for floor, _ in pairs]),
-        [Figures.of([o]).cpu_ms / Figures.of([f]).cpu_ms for f, o in pairs],
+        [o.cpu_ms / f.cpu_ms for f, o in pairs],
         in_flight,
         database,
     )

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import resource
 import secrets
 import statistics
@@ -129,6 +130,7 @@ async def open_app(url: str, delay: float, schema: str | None = None) -> tuple[A
     await app.open()
     adapter = NullAdapter()
     app.attach(adapter)
+    gc.unfreeze()  # an earlier mode's app, frozen with the heap, is garbage now
     settle_heap(collect=True)  # as `switchboard run` does once the app is open
     return app, adapter
 
