@@ -4,7 +4,7 @@ and the stored history sent back to the LLM.
 The identity of a conversation (id, key, platform, channel, thread, server)
 never changes, so it is cached in memory (one get-or-create statement when it
 is not); what can change (`/new`, `/persona`)
-is read fresh with the history, in the same statement batch.
+is read fresh with the history, in the same statement.
 """
 
 from __future__ import annotations
@@ -15,7 +15,19 @@ from datetime import datetime
 from functools import partial
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, exists, func, update
+from sqlalchemy import (
+    Integer,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal_column,
+    null,
+    type_coerce,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -84,9 +96,14 @@ MAX_HISTORY_ROWS = 2000
 """Safety cap on rows loaded for one run; compaction keeps histories far shorter."""
 
 
-def _head_statement() -> Any:
-    """The persona choice, the history start (`/new`), the latest compaction
-    summary after it and whether the conversation has any message: one query."""
+def _state_statement() -> Any:
+    """A conversation's state in one query: first a head row (the persona
+    choice, the history start (`/new`), the latest compaction summary after it,
+    whether the conversation has any message, and how many rows lie in
+    (`k_from`, `k_to`]: whether the rows kept from its last read are still all
+    there), then its history rows, newest first, at most `c_limit`: those
+    after `k_to` when the kept rows are still right (the boundary is `k_from`
+    and `k_count` rows are in that range), else all after the boundary."""
     start = func.coalesce(col(Conversation.history_start_id), 0)
 
     def latest(column: Any) -> Any:
@@ -102,47 +119,76 @@ def _head_statement() -> Any:
         )
 
     has_rows = exists().where(col(Message.conversation_id) == col(Conversation.id))
-    kept = (  # rows in (k_from, k_to]: what `bot.history_rows` kept is still all there
+    kept = (
         select(func.count())
         .where(
             col(Message.conversation_id) == col(Conversation.id),
-            col(Message.id) > bindparam("k_from"),
-            col(Message.id) <= bindparam("k_to"),
+            col(Message.id) > bindparam("k_from", type_=Integer),
+            col(Message.id) <= bindparam("k_to", type_=Integer),
         )
         .scalar_subquery()
     )
-    return select(  # type: ignore[call-overload]
-        col(Conversation.persona_name),
-        start,
-        latest(col(ConversationSummary.summary)),
-        latest(col(ConversationSummary.up_to_message_id)),
-        has_rows,
-        kept,
-    ).where(col(Conversation.id) == bindparam("c_id"))
+    head = (
+        select(  # type: ignore[call-overload]
+            col(Conversation.persona_name).label("persona_name"),
+            start.label("start_id"),
+            latest(col(ConversationSummary.summary)).label("summary"),
+            latest(col(ConversationSummary.up_to_message_id)).label("up_to"),
+            has_rows.label("any_rows"),
+            kept.label("kept_count"),
+        )
+        .where(col(Conversation.id) == bindparam("c_id"))
+        .cte("head")
+        .prefix_with("MATERIALIZED")  # read once, though used twice
+    )
+    up_to = func.coalesce(head.c.up_to, 0)
+    boundary = case((up_to > head.c.start_id - 1, up_to), else_=head.c.start_id - 1)
+    after = case(
+        (
+            and_(
+                boundary == bindparam("k_from", type_=Integer),
+                head.c.kept_count == bindparam("k_count", type_=Integer),
+            ),
+            bindparam("k_to", type_=Integer),
+        ),
+        else_=boundary,
+    )
+    rows = (
+        select(  # type: ignore[call-overload]
+            col(Message.role),
+            col(Message.text),
+            col(Message.tool_use_id),
+            col(Message.tool_name),
+            col(Message.data),
+            col(Message.is_error),
+            col(Message.id),
+            col(Message.user_id),
+            col(Run.user_id).label("run_user_id"),
+        )
+        .outerjoin(Run, col(Run.id) == col(Message.run_id))
+        .where(
+            col(Message.conversation_id) == bindparam("c_id"),
+            col(Message.id) > select(after).select_from(head).scalar_subquery(),
+        )
+        .order_by(col(Message.id).desc())
+        .limit(bindparam("c_limit"))
+        .subquery("r")
+    )
+
+    def none(like: Any) -> Any:
+        return type_coerce(null(), like.type).label(like.name)
+
+    return union_all(
+        select(literal_column("0").label("part"), *head.c, *(none(c) for c in rows.c)),
+        select(literal_column("1"), *(none(c) for c in head.c), *rows.c),
+    ).order_by(literal_column("part"), literal_column("id").desc())
 
 
-_HEAD = _head_statement()
-_ROWS = (
-    select(  # type: ignore[call-overload]
-        col(Message.role),
-        col(Message.text),
-        col(Message.tool_use_id),
-        col(Message.tool_name),
-        col(Message.data),
-        col(Message.is_error),
-        col(Message.id),
-        col(Message.user_id),
-        col(Run.user_id),
-    )
-    .outerjoin(Run, col(Run.id) == col(Message.run_id))
-    .where(
-        col(Message.conversation_id) == bindparam("c_id"), col(Message.id) > bindparam("c_after")
-    )
-    .order_by(col(Message.id).desc())
-    .limit(bindparam("c_limit"))
-)
-"""The history rows after a boundary, newest first (built once: these run for
-every message)."""
+_STATE = _state_statement()
+"""Built once: it runs for every message."""
+_HEAD_COLUMNS = slice(1, 7)
+_ROW_COLUMNS = slice(7, None)
+"""Where `_STATE`'s head and history rows have their values."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,37 +333,29 @@ class Conversations:
     ) -> ConversationState:
         """The persona choice, the latest compaction summary and the rows after it
         (and after the last `/new`), oldest first; at most `max_rows` (the newest).
-        Two statements: the conversation with its latest summary (whether it has
-        any message at all, and whether the rows kept from its last read are
-        still all there); the rows (those added since, when the kept ones are),
-        skipped for a conversation without any."""
+        One statement (`_STATE`): the rows read are those added since the last
+        read when the rows kept from it are still all there, else all of them."""
         limit = max_rows or MAX_HISTORY_ROWS
         kept = self._rows.get(conversation.id) if limit == MAX_HISTORY_ROWS else None
         params = {
             "c_id": conversation.id,
             "k_from": kept.boundary if kept else 0,
             "k_to": kept.last_id if kept else 0,
+            "k_count": kept.count if kept else -1,
+            "c_limit": limit,
         }
-        head = await execute(session, _HEAD, params)
-        persona_name, start_id, summary, up_to, any_rows, kept_count = head.one()
+        found = (await execute(session, _STATE, params)).all()
+        if not found or found[0][0] != 0:
+            raise LookupError(f"no conversation {conversation.id}")
+        head, rows = found[0], found[1:]
+        persona_name, start_id, summary, up_to, any_rows, kept_count = head[_HEAD_COLUMNS]
         boundary = max(up_to if up_to is not None else 0, int(start_id) - 1)
         summary = summary or None
         if not any_rows:
             self._rows.forget(conversation.id)
             return ConversationState(persona_name, [], summary, boundary)
         if kept is not None and (kept.boundary, kept.count) != (boundary, kept_count):
-            kept = None  # a /new, a compaction, or rows that appeared below: read all
-        rows = (
-            await execute(
-                session,
-                _ROWS,
-                {
-                    "c_id": conversation.id,
-                    "c_after": boundary if kept is None else kept.last_id,
-                    "c_limit": limit,
-                },
-            )
-        ).all()
+            kept = None  # a /new, a compaction, or rows that appeared below: all were read
         new = [
             HistoryRow(
                 role,
@@ -330,7 +368,7 @@ class Conversations:
                 user_id if user_id is not None else run_user,
             )
             for role, text, tool_use_id, tool_name, data, is_error, row_id, user_id, run_user in (
-                reversed(rows)
+                row[_ROW_COLUMNS] for row in reversed(rows)
             )
         ]
         if limit != MAX_HISTORY_ROWS:

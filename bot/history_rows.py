@@ -4,8 +4,9 @@ A conversation's history is read for every message: the rows after its
 boundary (the last `/new` or compaction), up to a cap. Stored messages are
 never changed or deleted, only added, so the rows read for one run are still
 right for the next one, which needs only the rows added since. What is kept
-for a conversation is checked against the database on every read, in the
-statement that reads the conversation's head anyway: the boundary must be the
+for a conversation is checked against the database on every read, by the
+statement that reads the conversation's head and its rows (so the rows it
+returns are only the new ones when the check holds): the boundary must be the
 same, and the number of rows in (boundary, last id kept] must still be the
 number kept. A row that appeared below the last id kept (PostgreSQL hands out
 ids before commits, so a concurrent one can commit later with a smaller id)

@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.benchmarks.counting import SqlCounter
 from tests.conftest import POSTGRES_URL
 from tests.paths import REPO_ROOT
 
@@ -88,3 +91,30 @@ def test_every_mode_runs_on_one_given_database_file(tmp_path: Path) -> None:
     )
     for heading in ("sequential (SQLite): 10", "new users (SQLite): 10", "concurrent (SQLite): 5"):
         assert after(out, heading, r"\(floor [\d.]+ (ms|s)")
+
+
+async def test_statement_counter_tells_reads_from_writes(tmp_path: Path) -> None:
+    """A transaction that only read (a SELECT, or a WITH query whose parts all
+    read) is not counted as writing; one with an INSERT, or a WITH that
+    inserts, is."""
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'count.db'}")
+    counter = SqlCounter({engine})
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (x INTEGER)"))
+        assert (counter.statements, counter.writes) == (1, 1)
+        reads = [
+            "SELECT x FROM t",
+            "WITH h AS MATERIALIZED (SELECT 1 AS y) SELECT y FROM h UNION ALL SELECT x FROM t",
+        ]
+        for sql in reads:
+            async with engine.begin() as conn:
+                await conn.execute(text(sql))
+        assert (counter.statements, counter.commits, counter.writes) == (3, 3, 1)
+        writes = ["INSERT INTO t VALUES (1)", "WITH v AS (SELECT 2) INSERT INTO t SELECT * FROM v"]
+        for sql in writes:
+            async with engine.begin() as conn:
+                await conn.execute(text(sql))
+        assert (counter.statements, counter.commits, counter.writes) == (5, 5, 3)
+    finally:
+        await engine.dispose()

@@ -4,6 +4,7 @@ app's engines, and round trips (socket writes) to a client-server database."""
 from __future__ import annotations
 
 import contextlib
+import re
 from asyncio import selector_events
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 class SqlCounter:
     """Statements and committed transactions on the app's engines; of the
-    commits, those of a transaction that wrote (ran anything but a SELECT).
+    commits, those of a transaction that wrote (ran anything but a SELECT or
+    a WITH query that only reads).
     A statement is one that reads or writes rows: SQLite's BEGIN (sent as a
     statement there, by the driver on PostgreSQL) is counted with its commit,
     not as a statement, as the floors count theirs."""
@@ -36,7 +38,7 @@ class SqlCounter:
         if verb.startswith("BEGIN"):
             return
         self.statements += 1
-        if verb != "SELECT":
+        if verb != "SELECT" and not (verb.startswith("WITH") and not _WRITES_IN.search(sql)):
             connection.info[_WROTE] = True
 
     def _commit(self, connection: Connection) -> None:
@@ -49,6 +51,8 @@ class SqlCounter:
 
 
 _WROTE = "benchmark.wrote"
+_WRITES_IN = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+"""a statement starting with WITH writes if its CTEs do (data-modifying CTEs)"""
 
 
 @contextlib.contextmanager

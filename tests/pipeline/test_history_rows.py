@@ -91,24 +91,34 @@ async def test_a_row_committed_below_the_last_id_kept_is_not_missed(store: Store
     assert [row.text for row in got.history] == ["ten", "fifteen", "twenty"]
 
 
-async def test_a_kept_conversation_reads_only_the_rows_added_since(store: Store):
+async def test_a_kept_conversation_reads_only_the_rows_added_since(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+):
     conversations = Conversations(store)
     record = await conversation(conversations)
     await add(store, record, *(f"m{i}" for i in range(40)))
     first = await state(store, conversations, record)
-    fetched: list[int] = []
+    statements: list[str] = []
+    read: list[list[Any]] = []
 
-    def count_rows(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip().startswith("SELECT messages.role"):
-            fetched.append(1)
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
 
+    merge = KeptRows.merge
+
+    def merged(self: KeptRows, conversation_id: int, kept: Any, *args: Any) -> Any:
+        read.append(list(args[1]))  # the rows the statement returned
+        return merge(self, conversation_id, kept, *args)
+
+    monkeypatch.setattr(KeptRows, "merge", merged)
     await add(store, record, "q", "a")
-    event.listen(store.engine.sync_engine, "before_cursor_execute", count_rows)
+    event.listen(store.engine.sync_engine, "before_cursor_execute", count)
     try:
         second = await state(store, conversations, record)
     finally:
-        event.remove(store.engine.sync_engine, "before_cursor_execute", count_rows)
-    assert fetched == [1]  # one rows query, after the last id kept
+        event.remove(store.engine.sync_engine, "before_cursor_execute", count)
+    assert len(statements) == 1  # the head and the rows, one statement
+    assert [row.text for row in read[0]] == ["q", "a"]  # only those after the last id kept
     assert second.history[:40] == first.history
     assert [row.text for row in second.history[40:]] == ["q", "a"]
     kept = conversations._rows.get(record.id)

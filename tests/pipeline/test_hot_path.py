@@ -6,6 +6,7 @@ once even when many arrive at once, and the work skipped is really skipped
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -59,10 +60,19 @@ def statements(app: Any) -> Iterator[list[str]]:
 
 
 def reading(seen: list[str], table: str) -> list[str]:
-    """Queries reading rows of `table` (or, for memories, touching it at all)."""
+    """Queries reading rows of `table`: a SELECT of its columns, or a WITH
+    query that only reads and reads it (or, for memories, touching it at all)."""
     if table == "memories":
         return [s for s in seen if "memories" in s]
-    return [s for s in seen if s.startswith(f"SELECT {table}.")]
+    return [
+        s
+        for s in seen
+        if s.startswith(f"SELECT {table}.")
+        or (s.startswith("WITH") and f"FROM {table}" in s and not WRITES.search(s))
+    ]
+
+
+WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE)\b")
 
 
 async def test_a_budget_changed_by_an_admin_counts_for_the_next_message(make_app, fake_anthropic):
@@ -125,11 +135,23 @@ async def test_a_new_guests_first_message_with_an_allowance_still_reads_it(
     assert reading(seen, "budgets")  # a limited allowance is read (and reserved) as ever
 
 
-async def test_the_first_message_of_a_conversation_reads_no_history(make_app, fake_anthropic):
+async def test_the_first_message_of_a_conversation_reads_no_history(
+    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+):
+    """Its state is one statement, as every message's is, and it finds no rows."""
     app, _ = await open_app(make_app)
+    conversations = app.pipeline.s.conversations
+    states: list[Any] = []
+    read = conversations.state
+
+    async def state(*args: Any, **kwargs: Any) -> Any:
+        states.append(await read(*args, **kwargs))
+        return states[-1]
+
+    monkeypatch.setattr(conversations, "state", state)
     with statements(app) as seen:
         assert (await app.pipeline.handle(message("hello"))).status == "answered"
-    assert reading(seen, "messages") == []
+    assert len(reading(seen, "messages")) == 1 and [s.history for s in states] == [[]]
     assert fake_anthropic.last_request.messages[0]["content"][0]["text"] == "hello"
 
 
