@@ -49,7 +49,10 @@ def test_every_mode_runs_on_sqlite_and_postgresql_with_its_floor() -> None:
     for where in ("SQLite", "PostgreSQL"):
         for heading in (f"sequential ({where}): 40 messages", f"new users ({where}): 40 first"):
             assert float(after(out, heading, r"throughput\s+([\d.]+)")[1]) > 0
-            assert after(out, heading, r"latency p50\s+[\d.]+ ms\s+\(floor [\d.]+ ms\)")
+            assert after(out, heading, r"latency p50\s+[\d.]+ ms\s+\(floor [\d.]+ ms: [\d.]+×\)")
+            # the service and the floor measured in turns: a CPU ratio per window
+            ratios = after(out, heading, r"per window\s+CPU (.*) the floor's")[1].split(", ")
+            assert len(ratios) == 4 and all(float(r.rstrip("×")) > 0 for r in ratios)
             # counted, not timed: a message writes at least its intake and its turn
             assert float(after(out, heading, r"statements\s+([\d.]+)")[1]) >= 2
             writes = after(out, heading, r"commits\s+[\d.]+ per message, ([\d.]+) of them")

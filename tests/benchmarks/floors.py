@@ -5,16 +5,17 @@ outbox row and the inbox row's status in a second one. On SQLite with
 aiosqlite (a worker thread) in WAL mode; on PostgreSQL with asyncpg (which
 prepares and caches its statements), in the benchmark's own schema.
 
-Sequential: one message after another (p50 and CPU per message). Concurrent:
-n messages at once with the model's delay between the two transactions (the
-wall time).
+Sequential: one message after another (`minimal_bot`, measured by the
+benchmark in windows alternating with the service's). Concurrent: n messages
+at once with the model's delay between the two transactions (the wall time).
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiosqlite
@@ -82,24 +83,49 @@ async def floor_finish(db: aiosqlite.Connection, i: int, conversation: str) -> N
     await db.execute("COMMIT")
 
 
-async def minimal_bot(url: str, n: int) -> tuple[float, float]:
-    """The floor: per message, the inbox insert in one transaction; then the
-    user's message and the reply, the outbox row and the inbox row's status in
-    a second one; on aiosqlite (a worker thread) in WAL mode. Returns (p50 ms,
-    CPU ms) per message."""
-    db = await open_floor(url, ".floor")
-    try:
-        latencies = []
-        cpu = time.process_time()
-        for i in range(n):
-            t0 = time.perf_counter()
+FloorMessage = Callable[[int], Awaitable[None]]
+"""The minimal bot handling message `i`: its two transactions."""
+
+
+@asynccontextmanager
+async def minimal_bot(url: str, schema: str | None) -> AsyncIterator[FloorMessage]:
+    """The sequential floor, open: per message, the inbox insert in one
+    transaction; then the user's message and the reply, the outbox row and the
+    inbox row's status in a second one. On SQLite (`url` a file: the floor's
+    own file beside it) with aiosqlite, a worker thread, in WAL mode; on
+    PostgreSQL with asyncpg on one connection, in `schema`."""
+    if url.startswith("sqlite"):
+        db = await open_floor(url, ".floor")
+
+        async def one(i: int) -> None:
             await floor_accept(db, i)
             await floor_finish(db, i, f"c{i % 50}")
-            latencies.append((time.perf_counter() - t0) * 1000)
-        cpu = time.process_time() - cpu
+
+        try:
+            yield one
+        finally:
+            await db.close()
+        return
+    conn = await asyncpg.connect(_dsn(url), server_settings={"search_path": schema or "public"})
+
+    async def one_pg(i: int) -> None:
+        await pg_accept(conn, i)
+        await pg_finish(conn, i, f"c{i % 50}")
+
+    try:
+        await conn.execute(PG_TABLES)
+        yield one_pg
     finally:
-        await db.close()
-    return statistics.median(latencies), cpu / n * 1000
+        await conn.close()
+
+
+async def floor_round_trips(one: FloorMessage, start: int, n: int = 20) -> float:
+    """Round trips per message of the floor `one` (PostgreSQL), over `n`
+    untimed messages numbered from `start`."""
+    with socket_writes() as writes:
+        for i in range(start, start + n):
+            await one(i)
+    return writes[0] / n
 
 
 async def minimal_bot_concurrent(url: str, n: int, delay: float) -> float:
@@ -159,37 +185,10 @@ def _dsn(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://")
 
 
-async def minimal_bot_postgres(url: str, schema: str, n: int) -> tuple[float, float, float]:
-    """`minimal_bot` on PostgreSQL, on one connection. Returns (p50 ms, CPU ms)
-    per message and its round trips per message, on a short untimed pass after."""
-    conn = await asyncpg.connect(_dsn(url), server_settings={"search_path": schema})
-
-    async def one(i: int) -> None:
-        await pg_accept(conn, i)
-        await pg_finish(conn, i, f"c{i % 50}")
-
-    try:
-        await conn.execute(PG_TABLES)
-        latencies = []
-        cpu = time.process_time()
-        for i in range(n):
-            t0 = time.perf_counter()
-            await one(i)
-            latencies.append((time.perf_counter() - t0) * 1000)
-        cpu = time.process_time() - cpu
-        with socket_writes() as writes:
-            for i in range(n, n + 20):
-                await one(i)
-    finally:
-        await conn.close()
-    return statistics.median(latencies), cpu / n * 1000, writes[0] / 20
-
-
 async def minimal_bot_concurrent_postgres(url: str, schema: str, n: int, delay: float) -> float:
     """`minimal_bot_concurrent` on PostgreSQL: each transaction on a connection
     of a pool as large as the service's (`service_connections`). Returns the
-    wall time. Its tables are made afresh (`minimal_bot_postgres` may have made
-    them)."""
+    wall time. Its tables are made afresh (`minimal_bot` may have made them)."""
     pool = await asyncpg.create_pool(
         _dsn(url),
         min_size=1,

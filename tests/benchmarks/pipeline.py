@@ -8,7 +8,10 @@ SQL statements and committed transactions (all, and those that wrote) per
 message, counted on a second, untimed pass of the same messages, and peak RSS;
 beside them the floor: a minimal durable bot on aiosqlite doing the same essential I/O
 per message (store the event in an inbox, then one transaction with both
-messages, the reply in an outbox and the inbox row marked done).
+messages, the reply in an outbox and the inbox row marked done). The service
+and the floor are open side by side and measured in turns, four windows of
+each (a shared machine's speed drifts more between two windows than by the
+difference measured), with the CPU ratio of each pair of windows printed.
 
 Mode "newusers": the same, but every message is the first message of a new
 user in a new conversation (user, platform link, budget and conversation are
@@ -44,7 +47,8 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.app import App
@@ -55,10 +59,10 @@ from bot.ports import TextCallback
 from bot.types import IncomingMessage, Reply, Target, Usage
 from tests.benchmarks.counting import SqlCounter, socket_writes
 from tests.benchmarks.floors import (
+    floor_round_trips,
     minimal_bot,
     minimal_bot_concurrent,
     minimal_bot_concurrent_postgres,
-    minimal_bot_postgres,
 )
 from tests.conftest import POSTGRES_URL, Database
 
@@ -135,50 +139,91 @@ async def open_app(url: str, delay: float, schema: str | None = None) -> tuple[A
     return app, adapter
 
 
+ROUNDS = 4
+"""Windows of the service and of its floor, taken in turns (`sequential`)."""
+
+
+@dataclass
+class Windows:
+    """One side's timed windows, together."""
+
+    latencies: list[float] = field(default_factory=list)
+    cpu: float = 0.0
+    wall: float = 0.0
+
+    async def time(self, handle: Callable[[int], Awaitable[object]], numbers: range) -> float:
+        """Handle messages `numbers`, one after another, timed; their CPU s."""
+        cpu, started = time.process_time(), time.perf_counter()
+        for i in numbers:
+            t0 = time.perf_counter()
+            await handle(i)
+            self.latencies.append((time.perf_counter() - t0) * 1000)
+        self.wall += time.perf_counter() - started
+        used = time.process_time() - cpu
+        self.cpu += used
+        return used
+
+    def p50(self) -> float:
+        return statistics.median(self.latencies)
+
+    def p99(self) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[int(len(ordered) * 0.99) - 1]
+
+
+def _versus(value: float, floor: float | None, unit: str) -> str:
+    return f"  (floor {floor:.2f} {unit}: {value / floor:.1f}×)" if floor else ""
+
+
 async def sequential(
     url: str, n: int, conversations: int, new_users: bool = False, schema: str | None = None
 ) -> None:
+    """The service and its floor open side by side, measured in `ROUNDS`
+    alternating windows of n / ROUNDS messages each, so that the machine's
+    slow spells fall on both."""
     app, adapter = await open_app(url, 0.0, schema)
     for i in range(50):  # warm up: create users and conversations, fill caches
         await app.pipeline.handle(msg(-i - 1, i % conversations))
     mode = "new" if new_users else "seq"  # "new": conversation i, a new user each time
-    latencies = []
-    cpu = time.process_time()
-    started = time.perf_counter()
-    for i in range(n):
-        t0 = time.perf_counter()
-        await app.pipeline.handle(msg(i, i if new_users else i % conversations, mode))
-        latencies.append((time.perf_counter() - t0) * 1000)
-    elapsed = time.perf_counter() - started
-    cpu = time.process_time() - cpu
+
+    async def handle(i: int) -> object:
+        return await app.pipeline.handle(msg(i, i if new_users else i % conversations, mode))
+
+    service, floor, ratios, trips = Windows(), Windows(), [], None
+    sqlite = url.startswith("sqlite")
+    async with minimal_bot(url, schema) if sqlite or schema else nullcontext() as floor_one:
+        if floor_one is not None:
+            for i in range(50):
+                await floor_one(-i - 1)
+        for r in range(ROUNDS):
+            window = range(r * n // ROUNDS, (r + 1) * n // ROUNDS)
+            used = await service.time(handle, window)
+            if floor_one is not None:
+                ratios.append(used / max(await floor.time(floor_one, window), 1e-9))
+        if floor_one is not None and not sqlite:
+            trips = await floor_round_trips(floor_one, n)
     await app.close()
     counter = await count_statements(url, n, conversations, new_users, schema)
-    latencies.sort()
-    p50 = statistics.median(latencies)
-    if url.startswith("sqlite"):
-        floor: tuple[float, ...] | None = await minimal_bot(url, n)
-    else:
-        floor = await minimal_bot_postgres(url, schema, n) if schema else None
-    where = "SQLite" if url.startswith("sqlite") else "PostgreSQL"
+    where = "SQLite" if sqlite else "PostgreSQL"
     if new_users:
-        print(f"new users ({where}): {n} first messages, each from a new user, in {elapsed:.2f} s")
+        print(f"new users ({where}): {n} first messages, each from a new user", end="")
     else:
-        print(
-            f"sequential ({where}): {n} messages over {conversations} conversations"
-            f" in {elapsed:.2f} s"
-        )
-    print(f"  throughput   {n / elapsed:8.1f} messages/s")
-    print(f"  latency p50  {p50:8.2f} ms" + (f"  (floor {floor[0]:.2f} ms)" if floor else ""))
-    print(f"  latency p99  {latencies[int(len(latencies) * 0.99) - 1]:8.2f} ms")
-    print(
-        f"  CPU          {cpu / n * 1000:8.2f} ms/message"
-        + (f"  (floor {floor[1]:.2f} ms)" if floor else "")
-    )
+        print(f"sequential ({where}): {n} messages over {conversations} conversations", end="")
+    print(f", {ROUNDS} windows in turns with the floor's" if ratios else "")
+    floor_p50 = floor.p50() if ratios else None
+    floor_cpu = floor.cpu / n * 1000 if ratios else None
+    print(f"  throughput   {n / service.wall:8.1f} messages/s")
+    print(f"  latency p50  {service.p50():8.2f} ms" + _versus(service.p50(), floor_p50, "ms"))
+    print(f"  latency p99  {service.p99():8.2f} ms")
+    cpu = service.cpu / n * 1000
+    print(f"  CPU          {cpu:8.2f} ms/message" + _versus(cpu, floor_cpu, "ms"))
+    if ratios:
+        print(f"  per window   CPU {', '.join(f'{r:.1f}×' for r in ratios)} the floor's")
     print(f"  statements   {counter.statements / n:8.1f} per message  (floor 5)")
     if counter.round_trips:  # PostgreSQL
         print(
             f"  round trips  {counter.round_trips / n:8.1f} per message"
-            + (f"  (floor {floor[2]:.1f})" if floor and len(floor) > 2 else "")
+            + (f"  (floor {trips:.1f})" if trips else "")
         )
     print(
         f"  commits      {counter.commits / n:8.1f} per message,"
