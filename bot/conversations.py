@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
@@ -97,13 +98,15 @@ MAX_HISTORY_ROWS = 2000
 
 
 def _state_statement() -> Any:
-    """A conversation's state in one query: first a head row (the persona
+    """A conversation's state in one query: a head row (`part` 0: the persona
     choice, the history start (`/new`), the latest compaction summary after it,
     whether the conversation has any message, and how many rows lie in
     (`k_from`, `k_to`]: whether the rows kept from its last read are still all
-    there), then its history rows, newest first, at most `c_limit`: those
+    there) and its history rows (`part` 1), the newest `c_limit` of those
     after `k_to` when the kept rows are still right (the boundary is `k_from`
-    and `k_count` rows are in that range), else all after the boundary."""
+    and `k_count` rows are in that range), else of all after the boundary.
+    Unsorted: ordering the union cost SQLite two temporary B-trees, more than
+    the caller's sort of rows that come back in order anyway."""
     start = func.coalesce(col(Conversation.history_start_id), 0)
 
     def latest(column: Any) -> Any:
@@ -181,14 +184,16 @@ def _state_statement() -> Any:
     return union_all(
         select(literal_column("0").label("part"), *head.c, *(none(c) for c in rows.c)),
         select(literal_column("1"), *(none(c) for c in head.c), *rows.c),
-    ).order_by(literal_column("part"), literal_column("id").desc())
+    )
 
 
 _STATE = _state_statement()
 """Built once: it runs for every message."""
 _HEAD_COLUMNS = slice(1, 7)
 _ROW_COLUMNS = slice(7, None)
-"""Where `_STATE`'s head and history rows have their values."""
+_ROW_ID = itemgetter(13)
+"""Where `_STATE`'s head and history rows have their values (in no set
+order: the query does not sort what it returns, the caller does)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,9 +350,11 @@ class Conversations:
             "c_limit": limit,
         }
         found = (await execute(session, _STATE, params)).all()
-        if not found or found[0][0] != 0:
+        heads = [row for row in found if row[0] == 0]
+        if not heads:
             raise LookupError(f"no conversation {conversation.id}")
-        head, rows = found[0], found[1:]
+        head = heads[0]
+        rows = sorted((row for row in found if row[0] != 0), key=_ROW_ID)  # oldest first
         persona_name, start_id, summary, up_to, any_rows, kept_count = head[_HEAD_COLUMNS]
         boundary = max(up_to if up_to is not None else 0, int(start_id) - 1)
         summary = summary or None
@@ -368,7 +375,7 @@ class Conversations:
                 user_id if user_id is not None else run_user,
             )
             for role, text, tool_use_id, tool_name, data, is_error, row_id, user_id, run_user in (
-                row[_ROW_COLUMNS] for row in reversed(rows)
+                row[_ROW_COLUMNS] for row in rows
             )
         ]
         if limit != MAX_HISTORY_ROWS:
