@@ -171,3 +171,10 @@ def test_kept_text_stays_under_its_bound():
     assert [row.id for row in grown] == [11, 12, 13]  # the cap: the newest three
     entry = kept.get(5)
     assert entry is not None and (entry.chars, entry.count, entry.last_id) == (20, 4, 13)
+
+
+async def test_the_state_of_a_conversation_that_is_not_there_is_an_error(store: Store):
+    """No head row: an error naming the conversation, not an empty history."""
+    missing = ConversationRecord(987_654, "test:gone", "test", "gone", None, None)
+    with pytest.raises(LookupError, match="987654"):
+        await state(store, Conversations(store), missing)
