@@ -38,7 +38,7 @@ class SqlCounter:
         if verb.startswith("BEGIN"):
             return
         self.statements += 1
-        if verb != "SELECT" and not (verb.startswith("WITH") and not _WRITES_IN.search(sql)):
+        if not only_reads(sql):
             connection.info[_WROTE] = True
 
     def _commit(self, connection: Connection) -> None:
@@ -52,7 +52,13 @@ class SqlCounter:
 
 _WROTE = "benchmark.wrote"
 _WRITES_IN = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
-"""a statement starting with WITH writes if its CTEs do (data-modifying CTEs)"""
+
+
+def only_reads(sql: str) -> bool:
+    """Whether a statement only reads: a SELECT, or a WITH query none of whose
+    parts inserts, updates or deletes (PostgreSQL's data-modifying CTEs do)."""
+    verb = sql.lstrip()[:6].upper()
+    return verb == "SELECT" or (verb.startswith("WITH") and not _WRITES_IN.search(sql))
 
 
 @contextlib.contextmanager

@@ -6,7 +6,6 @@ once even when many arrive at once, and the work skipped is really skipped
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +27,7 @@ from bot.store.models import (
     PlatformLink,
     User,
 )
+from tests.benchmarks.counting import only_reads
 from tests.fakes.anthropic import text_reply
 from tests.harness import RecordingAdapter, message
 
@@ -68,11 +68,8 @@ def reading(seen: list[str], table: str) -> list[str]:
         s
         for s in seen
         if s.startswith(f"SELECT {table}.")
-        or (s.startswith("WITH") and f"FROM {table}" in s and not WRITES.search(s))
+        or (s.startswith("WITH") and f"FROM {table}" in s and only_reads(s))
     ]
-
-
-WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE)\b")
 
 
 async def test_a_budget_changed_by_an_admin_counts_for_the_next_message(make_app, fake_anthropic):
