@@ -85,9 +85,12 @@ def _upsert_statement(dialect: Any, keys: tuple[str, ...]) -> Any:
     base = dialect.insert(Conversation).values(
         {k: bindparam(f"c_{k}", type_=columns[k].type) for k in keys}
     )
+    created_at = bindparam("c_created_at", type_=columns["created_at"].type)
+    # Created by this statement (not found): the row has the creation time it gave.
+    created = (col(Conversation.created_at) == created_at).label("created")
     return base.on_conflict_do_update(
         index_elements=[col(Conversation.key)], set_={"key": base.excluded.key}
-    ).returning(*_RECORD_COLUMNS)
+    ).returning(*_RECORD_COLUMNS, created)
 
 
 _UPSERT: dict[tuple[str, tuple[str, ...]], Any] = {}
@@ -209,8 +212,15 @@ class ConversationState:
     """Rows with a larger id are in `history`."""
 
 
-RECORD_WIDTH = len(_RECORD_COLUMNS)
-"""Columns of a conversation's row as `upserting`'s statement returns it."""
+RECORD_WIDTH = len(_RECORD_COLUMNS) + 1
+"""Columns of a conversation's row as `upserting`'s statement returns it (the
+last: whether the statement created it, `created`)."""
+
+
+def created(row: Sequence[Any]) -> bool:
+    """Whether the get-or-create statement whose row this is created the
+    conversation (rather than finding it)."""
+    return bool(row[RECORD_WIDTH - 1])
 
 
 def _new_row(
@@ -382,6 +392,14 @@ class Conversations:
             return ConversationState(persona_name, new, summary, boundary)
         history = self._rows.merge(conversation.id, kept, boundary, new, limit)
         return ConversationState(persona_name, list(history), summary, boundary)
+
+    def created_state(self, conversation: ConversationRecord) -> ConversationState:
+        """The state of a conversation that the transaction which took its
+        run's lease created: no persona of its own, no rows, no summary, and no
+        run could write to it since. Nothing to read. (Context stored without a
+        run meanwhile, group chatter, is read by the next run.)"""
+        self._rows.forget(conversation.id)
+        return ConversationState(None, [])
 
     async def add_context(
         self,

@@ -19,6 +19,7 @@ hands what it took back (`leftover`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from sqlalchemy import exists, select, true
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.accounts.identity import Also, Identity
-from bot.conversations import RECORD_WIDTH, Conversations
+from bot.conversations import RECORD_WIDTH, Conversations, created
 from bot.pipeline.control import RunControl
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Joined, Taken, WithMessage, taken
 from bot.store.leases import Held, Leases
@@ -45,6 +46,9 @@ class Early:
 
     held: Held | None
     waiting: tuple[Taken, ...] = ()
+    created: bool = False
+    """the same transaction created the conversation: its first run has nothing
+    to read of it (`Conversations.created_state`)"""
 
 
 NOTHING = Early(None)
@@ -160,15 +164,21 @@ class EarlyLeases:
 
         async def with_lease(session: AsyncSession, user_id: int) -> Callable[[], None]:
             attempt.user_id = user_id
-            upsert = conversations.upserting(msg) if self._inbox.joins else None
-            if upsert is not None:  # the conversation, the lease and the claim
+            upsert = conversations.upserting(msg)
+            if upsert is not None and self._inbox.joins:  # the conversation, lease and claim
                 write, took = self._joint(attempt, first=upsert)
                 rows = list((await execute(session, *write)).all())
-                committed = conversations.stored(rows[0])
+                committed, new = conversations.stored(rows[0]), created(rows[0])
                 took([row[RECORD_WIDTH:] for row in rows if row[RECORD_WIDTH] is not None])
             else:
-                committed = await resolve_in(session, user_id)
+                if upsert is None:  # known here: nothing to write
+                    committed, new = await resolve_in(session, user_id), False
+                else:
+                    row = (await execute(session, *upsert)).one()
+                    committed, new = conversations.stored(row), created(row)
                 await take(session)
+            if new and attempt.took.held is not None:
+                attempt.took = dataclasses.replace(attempt.took, created=True)
 
             def stored() -> None:
                 attempt.stored = True

@@ -286,7 +286,9 @@ class Pipeline:
             await slot.take()
         # One run per conversation across instances: the conversation's lease
         # (and, for a message, what others left for it, in the same transaction).
-        held, pending = await self._take_conversation(conversation.key, user.id, first.source)
+        held, pending, created = await self._take_conversation(
+            conversation.key, user.id, first.source
+        )
         if held is None:
             if first.source == "user":
                 return await self._defer(batch, conversation.key)
@@ -303,7 +305,7 @@ class Pipeline:
         ended: list[Ended] = []  # recorded with the lease's release, one transaction
         try:
             async with self._delivery.typing(first):
-                result = await self._runner.run(batch, user, conversation, deliver)
+                result = await self._runner.run(batch, user, conversation, deliver, created)
             if not deliver:
                 return result.outcome
             if result.outgoing is None:  # the turn waits in the spool: send what we have
@@ -318,27 +320,28 @@ class Pipeline:
 
     async def _take_conversation(
         self, key: str, user_id: int, source: str
-    ) -> tuple[Held | None, list[Taken]]:
+    ) -> tuple[Held | None, list[Taken], bool]:
         """The conversation's lease. A message gives up at once (it waits in the
         inbox instead) and, once the lease is ours, takes the messages other
         instances left for the conversation in the same transaction; a wakeup,
-        which has no inbox row, waits a while for the lease."""
+        which has no inbox row, waits a while for the lease. Last: whether the
+        transaction that took the lease created the conversation too."""
         early = await self._early.take(key)
         if early is not None:  # taken with a message at intake
-            return early.held, list(early.waiting)
+            return early.held, list(early.waiting), early.created
         name = CONVERSATION_LEASE + key
         if source == "user":
             async with self.s.store.write() as session:
                 held = await self.s.leases.acquire(name, user_id=user_id, session=session)
                 if held is None:
-                    return None, []
-                return held, await self.s.inbox.claim_pending(key, session=session)
+                    return None, [], False
+                return held, await self.s.inbox.claim_pending(key, session=session), False
         for attempt in range(WAKEUP_LEASE_TRIES):
             held = await self.s.leases.acquire(name, user_id=user_id)
             if held is not None or attempt == WAKEUP_LEASE_TRIES - 1:
-                return held, []
+                return held, [], False
             await asyncio.sleep(0.5)
-        return None, []
+        return None, [], False
 
     async def _defer(self, batch: Batch, key: str) -> Outcome:
         """Another instance runs this conversation: leave the batch's messages in

@@ -115,17 +115,24 @@ class Runner:
         user: UserRecord,
         conversation: ConversationRecord,
         deliver: bool = True,
+        created: bool = False,
     ) -> RunResult:
+        """`created`: the transaction that took the conversation's lease, held
+        since, created it (nothing to read of it)."""
         s, llm = self.s, self.s.settings.llm
         inputs: list[RunInput] = [t.payload for t in batch.tickets]
         first: IncomingMessage = inputs[0].origin
         refusal: str | None = None
-        async with s.store.read() as session:  # all reads of a run, one session
-            try:
-                budget = await s.budgets.check(user, session)
-                history = await s.conversations.state(session, conversation)
-            except BudgetExceeded as exc:
-                refusal = str(exc)
+        try:
+            if created:
+                budget = await s.budgets.check(user)
+                history = s.conversations.created_state(conversation)
+            else:
+                async with s.store.read() as session:  # all reads of a run, one session
+                    budget = await s.budgets.check(user, session)
+                    history = await s.conversations.state(session, conversation)
+        except BudgetExceeded as exc:
+            refusal = str(exc)
         if refusal is not None:  # refused before any LLM call
             log.info("budget.refused user=%s %s", user.id, refusal)
             s.metrics.budget_refused()

@@ -132,12 +132,9 @@ async def test_a_new_guests_first_message_with_an_allowance_still_reads_it(
     assert reading(seen, "budgets")  # a limited allowance is read (and reserved) as ever
 
 
-async def test_the_first_message_of_a_conversation_reads_no_history(
-    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
-):
-    """Its state is one statement, as every message's is, and it finds no rows."""
-    app, _ = await open_app(make_app)
-    conversations = app.pipeline.s.conversations
+def watch_states(conversations: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The states `conversations.state` reads from here on (it is the only
+    place a run reads a conversation's history)."""
     states: list[Any] = []
     read = conversations.state
 
@@ -146,10 +143,77 @@ async def test_the_first_message_of_a_conversation_reads_no_history(
         return states[-1]
 
     monkeypatch.setattr(conversations, "state", state)
+    return states
+
+
+def texts(request: Any) -> list[str]:
+    """The first text of each message of a request to the model, in order
+    (a turn's context follows the user's words in a block of its own)."""
+    return [
+        next(b["text"] for b in m["content"] if b.get("type") == "text")
+        if isinstance(m["content"], list)
+        else m["content"]
+        for m in request.messages
+    ]
+
+
+async def test_a_new_users_first_message_reads_nothing_of_the_conversation_it_creates(
+    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+):
+    """The transaction that creates the account creates the conversation and
+    takes its lease: the first run knows it is empty without a read; the next
+    one reads what the first wrote."""
+    app, _ = await open_app(make_app)
+    states = watch_states(app.pipeline.s.conversations, monkeypatch)
+    fake_anthropic.script(text_reply("hello Alice"), text_reply("you said hello"))
     with statements(app) as seen:
         assert (await app.pipeline.handle(message("hello"))).status == "answered"
+    assert [s for s in seen if "INSERT INTO conversations" in s]  # created on the way
+    assert reading(seen, "messages") == [] and states == []
+    assert texts(fake_anthropic.last_request) == ["hello"]
+
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("what did I say?"))).status == "answered"
+    assert len(reading(seen, "messages")) == 1
+    assert [row.text for row in states[0].history] == ["hello", "hello Alice"]
+    assert texts(fake_anthropic.last_request)[-1] == "what did I say?"
+
+
+async def test_a_returning_users_new_conversation_is_read_once_and_found_empty(
+    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+):
+    """Created in a transaction of its own, without the lease: read as every
+    conversation is, in one statement, which finds no rows."""
+    app, _ = await open_app(make_app)
+    assert (await app.pipeline.handle(message("hello"))).status == "answered"
+    states = watch_states(app.pipeline.s.conversations, monkeypatch)
+    with statements(app) as seen:
+        other = message("hi there", platform_channel_id="other-room")
+        assert (await app.pipeline.handle(other)).status == "answered"
+    assert [s for s in seen if "INSERT INTO conversations" in s]
     assert len(reading(seen, "messages")) == 1 and [s.history for s in states] == [[]]
-    assert fake_anthropic.last_request.messages[0]["content"][0]["text"] == "hello"
+    assert texts(fake_anthropic.last_request) == ["hi there"]
+
+
+async def test_a_new_user_in_a_conversation_another_instance_created_reads_its_history(
+    make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
+):
+    """A new account's transaction that finds the conversation (created by
+    another instance, unknown here) does not take it for empty."""
+    first, _ = await open_app(make_app)
+    fake_anthropic.script(text_reply("noted, Bob"), text_reply("Bob likes tea"))
+    bob = message("I like tea", platform_user_id="bob", user_display_name="Bob")
+    assert (await first.pipeline.handle(bob)).status == "answered"
+
+    second, _ = await open_app(make_app)  # another instance on the same database
+    states = watch_states(second.pipeline.s.conversations, monkeypatch)
+    carol = message("what does Bob like?", platform_user_id="carol", event_id="c1")
+    with statements(second) as seen:
+        assert (await second.pipeline.handle(carol)).status == "answered"
+    assert [s for s in seen if "INSERT INTO users" in s]  # Carol is new
+    assert len(reading(seen, "messages")) == 1
+    assert [row.text for row in states[0].history] == ["I like tea", "noted, Bob"]
+    assert "I like tea" in " ".join(texts(fake_anthropic.last_request))
 
 
 async def test_a_memory_saved_here_is_recalled_at_once_and_one_saved_elsewhere_after_the_ttl(
