@@ -57,13 +57,21 @@ def test_every_mode_runs_on_sqlite_and_postgresql_with_its_floor() -> None:
             assert float(after(out, heading, r"statements\s+([\d.]+)")[1]) >= 2
             writes = after(out, heading, r"commits\s+[\d.]+ per message, ([\d.]+) of them")
             assert float(writes[1]) >= 2
-        concurrent = after(
-            out,
-            f"concurrent ({where}): 30 conversations",
-            r"wall time\s+[\d.]+ s\s+\((\d+) answered, (\d+) sent\)\s+\(floor [\d.]+ s",
+        heading = f"concurrent ({where}): 30 conversations"
+        bursts = re.findall(
+            r"wall time\s+[\d.]+ s\s+\((\d+) answered, (\d+) sent\)\s+\(floor [\d.]+ s: "
+            r"[\d.]+×\); CPU ([\d.]+) ms/message",
+            out.split(heading, 1)[1].split("peak RSS", 1)[0],
         )
-        assert concurrent.groups() == ("30", "30")
-        assert float(after(out, f"concurrent ({where})", r"CPU\s+([\d.]+) ms/message")[1]) > 0
+        # new users, then the same conversations again: every message answered
+        assert [b[:2] for b in bursts] == [("30", "30"), ("30", "30")]
+        assert all(float(b[2]) > 0 for b in bursts)
+        calls = re.findall(
+            r"model calls\s+first ([\d.]+) s, last ([\d.]+) s; replies first ([\d.]+) s",
+            out.split(heading, 1)[1],
+        )
+        # each message reached the model before its reply went out, 1 s later
+        assert len(calls) >= 2 and all(float(c[0]) + 1 <= float(c[2]) for c in calls[:2])
 
 
 def test_front_door_closed_loop_measures_both_processes_in_turn() -> None:

@@ -17,11 +17,15 @@ Mode "newusers": the same, but every message is the first message of a new
 user in a new conversation (user, platform link, budget and conversation are
 created on the way); prints the same figures.
 
-Mode "concurrent": C conversations at once, the provider sleeping 1 s per call;
-prints the total wall time (ideal: just over 1 s) and beside it the minimal
-bot's: its two transactions per message with the same 1 s between them, C at
-once (on PostgreSQL on a pool as large as the service's); and the CPU per
-message.
+Mode "concurrent": C conversations at once, the provider sleeping 1 s per call,
+twice: first messages of C new users in C new conversations, then the same
+conversations again (returning users). Prints each burst's wall time (ideal:
+just over 1 s) and beside it the minimal bot's: its two transactions per
+message with the same 1 s between them, C at once (on PostgreSQL on a pool as
+large as the service's); the CPU per message; and when the first and the last
+message reached the model and the first and the last reply went out (the wall
+time is about the last model call plus 1 s, or the first reply plus the time
+the replies take to go out, whichever is later).
 
 Every mode opens the app and then settles the heap as `switchboard run` does
 (`bot.cli.run.settle_heap`: startup's objects out of the garbage collector's
@@ -79,10 +83,13 @@ def canned_answer(model: str) -> LLMResponse:
 @dataclass
 class InstantProvider:
     delay: float = 0.0
+    calls: list[float] = field(default_factory=list)
+    """when each call came (perf_counter)"""
 
     async def complete(
         self, request: LLMRequest, on_text: TextCallback | None = None
     ) -> LLMResponse:
+        self.calls.append(time.perf_counter())
         if self.delay:
             await asyncio.sleep(self.delay)
         return canned_answer(request.model)
@@ -96,6 +103,8 @@ class NullAdapter:
 
     def __init__(self) -> None:
         self.sent = 0
+        self.times: list[float] = []
+        """when each reply went out (perf_counter)"""
 
     async def start(self, core: object) -> None: ...
 
@@ -103,6 +112,7 @@ class NullAdapter:
 
     async def send(self, reply: Reply, progress: object = None) -> list[str]:
         self.sent += 1
+        self.times.append(time.perf_counter())
         return []
 
     async def show_typing(self, target: Target) -> None: ...
@@ -119,7 +129,9 @@ def msg(i: int, conversation: int, mode: str = "seq") -> IncomingMessage:
     )
 
 
-async def open_app(url: str, delay: float, schema: str | None = None) -> tuple[App, NullAdapter]:
+async def open_app(
+    url: str, delay: float, schema: str | None = None
+) -> tuple[App, NullAdapter, InstantProvider]:
     database: dict[str, str] = {"url": url}
     if schema:
         database["schema_name"] = schema
@@ -130,13 +142,14 @@ async def open_app(url: str, delay: float, schema: str | None = None) -> tuple[A
             "logging": {"level": "WARNING"},
         }
     )
-    app = App(settings, Secrets(), provider=InstantProvider(delay))
+    provider = InstantProvider(delay)
+    app = App(settings, Secrets(), provider=provider)
     await app.open()
     adapter = NullAdapter()
     app.attach(adapter)
     gc.unfreeze()  # an earlier mode's app, frozen with the heap, is garbage now
     settle_heap(collect=True)  # as `switchboard run` does once the app is open
-    return app, adapter
+    return app, adapter, provider
 
 
 ROUNDS = 4
@@ -181,7 +194,7 @@ async def sequential(
     """The service and its floor open side by side, measured in `ROUNDS`
     alternating windows of n / ROUNDS messages each, so that the machine's
     slow spells fall on both."""
-    app, adapter = await open_app(url, 0.0, schema)
+    app, adapter, _ = await open_app(url, 0.0, schema)
     for i in range(50):  # warm up: create users and conversations, fill caches
         await app.pipeline.handle(msg(-i - 1, i % conversations))
     mode = "new" if new_users else "seq"  # "new": conversation i, a new user each time
@@ -239,7 +252,7 @@ async def count_statements(
     """`sequential`'s messages again, in conversations of their own, untimed,
     with their statements counted (a listener called per statement costs time
     the service never spends)."""
-    app, _ = await open_app(url, 0.0, schema)
+    app, _, _ = await open_app(url, 0.0, schema)
     mode = "cnew" if new_users else "cseq"
     for i in range(50):
         await app.pipeline.handle(msg(-i - 1, i % conversations, mode))
@@ -265,15 +278,66 @@ async def on_postgres(run: Callable[[str, str], Awaitable[None]]) -> None:
             await db.drop()
 
 
-async def concurrent(url: str, conversations: int, schema: str | None = None) -> None:
-    app, adapter = await open_app(url, 1.0, schema)
-    cpu = time.process_time()
-    started = time.perf_counter()
+@dataclass
+class Burst:
+    """One burst of `concurrent`: its wall and CPU time, and when the model
+    calls and the replies came, from its start."""
+
+    wall: float
+    cpu: float
+    statuses: list[str]
+    sent: int
+    calls: list[float]
+    replies: list[float]
+
+    def line(self, floor: float | None, n: int) -> str:
+        answered = sum(s == "answered" for s in self.statuses)
+        others = sorted(set(self.statuses) - {"answered"})
+        return (
+            f"{self.wall:8.2f} s  ({answered} answered, {self.sent} sent)"
+            + (f"; other outcomes: {', '.join(others)}" if others else "")
+            + (f"  (floor {floor:.2f} s: {self.wall / floor:.2f}×)" if floor else "")
+            + f"; CPU {self.cpu / n * 1000:.2f} ms/message"
+        )
+
+    def timeline(self) -> str:
+        calls, replies = sorted(self.calls), sorted(self.replies)
+        if not calls or not replies:
+            return "no model call or no reply"
+        return (
+            f"first {calls[0]:.2f} s, last {calls[-1]:.2f} s;"
+            f" replies first {replies[0]:.2f} s, last {replies[-1]:.2f} s"
+        )
+
+
+async def burst(
+    app: App, adapter: NullAdapter, provider: InstantProvider, n: int, at: int
+) -> Burst:
+    """Messages `at`…`at + n - 1`, one to each of conversations 0…n-1, at once."""
+    provider.calls.clear()
+    adapter.times.clear()
+    sent = adapter.sent
+    cpu, started = time.process_time(), time.perf_counter()
     outcomes = await asyncio.gather(
-        *(app.pipeline.handle(msg(i, i, "conc")) for i in range(conversations))
+        *(app.pipeline.handle(msg(at + i, i, "conc")) for i in range(n))
     )
-    elapsed = time.perf_counter() - started
-    cpu = time.process_time() - cpu
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return Burst(
+        wall,
+        cpu,
+        [o.status for o in outcomes],
+        adapter.sent - sent,
+        [t - started for t in provider.calls],
+        [t - started for t in adapter.times],
+    )
+
+
+async def concurrent(url: str, conversations: int, schema: str | None = None) -> None:
+    """A burst of first messages, each from a new user in a new conversation,
+    then a second burst of the same conversations (returning users)."""
+    app, adapter, provider = await open_app(url, 1.0, schema)
+    first = await burst(app, adapter, provider, conversations, 0)
+    again = await burst(app, adapter, provider, conversations, conversations)
     await app.close()
     if url.startswith("sqlite"):
         floor: float | None = await minimal_bot_concurrent(url, conversations, 1.0)
@@ -283,16 +347,13 @@ async def concurrent(url: str, conversations: int, schema: str | None = None) ->
             if schema
             else None
         )
-    answered = sum(o.status == "answered" for o in outcomes)
-    others = sorted({o.status for o in outcomes} - {"answered"})
     where = "SQLite" if url.startswith("sqlite") else "PostgreSQL"
     print(f"concurrent ({where}): {conversations} conversations, provider sleeping 1 s each")
-    print(
-        f"  wall time    {elapsed:8.2f} s  ({answered} answered, {adapter.sent} sent)"
-        + (f"; other outcomes: {', '.join(others)}" if others else "")
-        + (f"  (floor {floor:.2f} s: {elapsed / floor:.2f}×)" if floor else "")
-    )
-    print(f"  CPU          {cpu / conversations * 1000:8.2f} ms/message")
+    print(f"  wall time    {first.line(floor, conversations)}")
+    print(f"  model calls  {first.timeline()}")
+    print("  again, returning users in the same conversations:")
+    print(f"  wall time    {again.line(floor, conversations)}")
+    print(f"  model calls  {again.timeline()}")
     print(f"  peak RSS     {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")
 
 
