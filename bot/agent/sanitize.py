@@ -298,12 +298,15 @@ def sanitize(text: str) -> str:
     return cleaned
 
 
-def is_silent(text: str) -> bool:
+def is_silent(text: str, *, clean: bool = False) -> bool:
     """True when the reply means "send nothing": empty or whitespace-only text, or the
     exact token NO_REPLY (case-sensitive) wrapped only in whitespace, backticks or fences,
     bold/italic markers, quotes, brackets or a trailing period; checked on `text` as given
-    and after `sanitize`. NO_REPLY inside a real sentence is a real reply."""
+    and after `sanitize`. NO_REPLY inside a real sentence is a real reply. `clean`: the
+    text is what `sanitize` returned (which it returns unchanged): not cleaned again."""
     if not text.strip() or _SILENT.match(text):
         return True
+    if clean:
+        return False
     cleaned = sanitize(text)
     return not cleaned or _SILENT.match(cleaned) is not None

@@ -345,13 +345,13 @@ class Runner:
             log.warning("run.timeout run=%s after %gs", run_id, seconds)
             partial = sanitize(state.final_text or _last_text(state))
             note = TIMEOUT_REPLY.format(seconds=seconds)
-            notice = f"{partial}\n\n{note}" if partial and not is_silent(partial) else note
+            notice = f"{partial}\n\n{note}" if not is_silent(partial, clean=True) else note
             return _Result("timeout", error=f"timed out after {seconds:g} s", notice=notice)
         if isinstance(exc, BudgetExceeded):
             log.info("run.budget_stop run=%s: %s", run_id, exc)
             partial = sanitize(state.final_text or _last_text(state))
             note = _budget_refusal(str(exc))
-            notice = f"{partial}\n\n{note}" if partial and not is_silent(partial) else note
+            notice = f"{partial}\n\n{note}" if not is_silent(partial, clean=True) else note
             return _Result("refused", error=str(exc), notice=notice)
         if isinstance(exc, ProviderError):
             kind = type(exc).__name__
@@ -372,7 +372,7 @@ class Runner:
                 "failed", error=f"{type(exc).__name__}: {exc}", notice=INTERNAL_ERROR_REPLY
             )
         text = sanitize(state.final_text)
-        if is_silent(text):
+        if is_silent(text, clean=True):
             return _Result("silent", SILENT_TOKEN)
         return _Result("completed", text)
 

@@ -367,6 +367,7 @@ def test_silent_token_value() -> None:
 )
 def test_is_silent_true(text: str) -> None:
     assert is_silent(text) is True
+    assert is_silent(sanitize(text), clean=True) is True
 
 
 @pytest.mark.parametrize(
@@ -386,6 +387,7 @@ def test_is_silent_true(text: str) -> None:
 )
 def test_is_silent_false(text: str) -> None:
     assert is_silent(text) is False
+    assert is_silent(sanitize(text), clean=True) is False
 
 
 _TOKENS = [
@@ -454,3 +456,5 @@ def test_fuzz_never_raises_and_is_stable() -> None:
         assert once == once.rstrip(), repr(text)
         assert not once.startswith("\n"), repr(text)
         assert isinstance(is_silent(text), bool)
+        # on sanitize's output, the check that skips cleaning again agrees
+        assert is_silent(once, clean=True) == is_silent(once) == is_silent(text), repr(text)
