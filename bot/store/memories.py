@@ -109,8 +109,10 @@ class MemoryStore:
 
     async def search(self, user_id: int, query: str, limit: int = 5) -> list[MemoryRecord]:
         """The user's memories best matching any word of `query`, best first."""
+        if limit <= 0 or self._none_lately(user_id):
+            return []
         terms = search_terms(query)
-        if not terms or limit <= 0 or not await self._any(user_id):
+        if not terms or not await self._any(user_id):
             return []
         if self._store.is_sqlite:
             statement = text(
@@ -144,8 +146,7 @@ class MemoryStore:
         """Whether the user has memories (cached, see the module doc)."""
         if user_id in self._some:
             return True
-        since = self._none_since.get(user_id)
-        if since is not None and time.monotonic() - since < NO_MEMORIES_TTL_S:
+        if self._none_lately(user_id):
             return False
         async with self._store.read() as session:
             found = bool(
@@ -156,6 +157,11 @@ class MemoryStore:
         else:
             self._known_none(user_id)
         return found
+
+    def _none_lately(self, user_id: int) -> bool:
+        """The user had no memories when last looked (within the TTL)."""
+        since = self._none_since.get(user_id)
+        return since is not None and time.monotonic() - since < NO_MEMORIES_TTL_S
 
     def user_created(self, user_id: int) -> None:
         """A user just created here has no memories (cached like a read of it)."""
