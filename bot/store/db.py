@@ -41,7 +41,7 @@ from sqlalchemy.util.concurrency import await_
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import StartupError
-from bot.store import sqlite_driver
+from bot.store import direct, sqlite_driver
 from bot.store.diagnose import explain, missing_tables
 from bot.store.pool import KeepingPool
 from bot.store.rows import flush_deferred
@@ -144,7 +144,11 @@ class Store:
             return
         async with self._write_lock:
             try:
-                async with _session(await self._sqlite_writer()) as session:
+                sessions = await self._sqlite_writer()
+                write = self._direct_write()
+                async with _session(sessions) if write is None else _written(
+                    sessions, write
+                ) as session:
                     yield session
             except BaseException:
                 # Back to the pool, whose reset rolls back whatever the failure
@@ -188,6 +192,16 @@ class Store:
             held = self._held = await self.engine.connect()
             self._held_writer = _Sessions(held)
         return self._held_writer
+
+    def _direct_write(self) -> direct.Write | None:
+        """(Under the write lock, the writer held) A transaction on the held
+        connection's driver (`direct.Write`), when it is this service's."""
+        held = self._held
+        sync = held.sync_connection if held is not None else None
+        driver = sync.connection.driver_connection if sync is not None else None
+        if held is None or not isinstance(driver, sqlite_driver.Connection):
+            return None
+        return direct.Write(held, driver)
 
     async def _release_writer(self) -> None:
         held, self._held = self._held, None
@@ -314,6 +328,40 @@ async def _session(sessions: _Sessions) -> AsyncIterator[AsyncSession]:
     sessions.give(session)
 
 
+@asynccontextmanager
+async def _written(sessions: _Sessions, write: direct.Write) -> AsyncIterator[AsyncSession]:
+    """`_session` for SQLite's writes: the statements run through
+    `bot.store.rows` go straight to the driver in a transaction begun there
+    (`direct.Write`), committed on exit without the Session. What ran through
+    the Session (the ORM) joined that transaction and is committed by the
+    Session first (its flush included). After an error the transaction is
+    rolled back (a rollback that fails too is logged, as `_abandon` does) and
+    the caller discards the connection."""
+    session = sessions.take()
+    sync = session.sync_session
+    sync.info[direct.WRITE] = write
+    try:
+        yield session
+        if sync.in_transaction() or sync.new or sync.deleted or sync.dirty:
+            await session.commit()
+        await write.commit()
+    except BaseException:
+        if sync.in_transaction():
+            await _abandon(session)
+        else:
+            sync.close()
+            try:
+                await asyncio.shield(write.rollback())
+            except Exception as exc:
+                _rollback_failed(exc)
+        raise
+    if sync.in_transaction():  # begun again after the commit (not on our paths)
+        await session.close()
+    else:
+        sync.close()
+    sessions.give(session)
+
+
 async def _abandon(session: AsyncSession) -> None:
     """After an error in a transaction or its commit, what `session.begin()` and
     `async with session` would do: roll back (the driver's transaction may be
@@ -324,14 +372,16 @@ async def _abandon(session: AsyncSession) -> None:
     try:
         await session.rollback()
     except Exception as exc:
-        reason = str(exc).splitlines()[0][:200] if str(exc) else ""
-        log.warning(
-            "store.rollback_failed %s: %s; connection discarded", type(exc).__name__, reason
-        )
+        _rollback_failed(exc)
         with contextlib.suppress(Exception):
             await session.invalidate()
     finally:
         await session.__aexit__(None, None, None)
+
+
+def _rollback_failed(exc: Exception) -> None:
+    reason = str(exc).splitlines()[0][:200] if str(exc) else ""
+    log.warning("store.rollback_failed %s: %s; connection discarded", type(exc).__name__, reason)
 
 
 SQLITE_FILE_MODE = 0o600
@@ -452,6 +502,8 @@ def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int, on_loop: bool) -> No
             return
         driver = conn.connection.driver_connection
         if isinstance(driver, sqlite_driver.Connection):
+            if driver.in_write():
+                return  # begun on the driver (`direct.Write`): this joins it
             # Sent with the transaction's first statement, in its thread hop;
             # listeners (statement counters) still see it.
             driver.begin_with_next("BEGIN IMMEDIATE")

@@ -252,3 +252,80 @@ def _compile(statement: Executable, dialect: Dialect, params: Mapping[str, Any])
             (index, process) for index, process in enumerate(processors or ()) if process
         ),
     )
+
+
+WRITE = "switchboard.direct.write"
+"""The key of a session's `Write` in its `info` (`bot.store.db`)."""
+
+
+class Write:
+    """A SQLite write transaction begun and committed on the driver itself.
+
+    Through the Session a transaction costs three greenlet rounds and the ORM's
+    transaction objects (begin, connection, commit): on this machine about four
+    times what its statement costs. `bot.store.db` gives SQLite's write
+    sessions one of these: `bot.store.rows` runs its statements straight on
+    `driver`, on `connection` (the writer's held connection) after `begin`,
+    and the session's exit calls `commit`. A statement run through the
+    Session (the ORM) or through `connection` begins its transaction there
+    as ever, which joins this one (`bot.store.db._tune_sqlite`), and is
+    committed there first."""
+
+    __slots__ = ("begun", "connection", "driver")
+
+    def __init__(self, connection: AsyncConnection, driver: DriverConnection) -> None:
+        self.connection = connection
+        self.driver = driver
+        self.begun = False
+
+    def begin(self) -> None:
+        """Before the first statement: BEGIN IMMEDIATE goes out with it (and
+        the listeners see it), unless a transaction is begun already."""
+        if self.begun:
+            return
+        self.begun = True
+        if self.driver.in_write():
+            return
+        self.driver.begin_with_next("BEGIN IMMEDIATE")
+        sync = self.connection.sync_connection
+        assert sync is not None
+        for listener in sync.dispatch.before_cursor_execute:
+            listener(sync, None, "BEGIN IMMEDIATE", (), None, False)
+
+    async def commit(self) -> None:
+        """Commit what went out (nothing: nothing to do), as SQLAlchemy's own
+        commit would: a failure (a queued statement's, or the commit's) is
+        raised as SQLAlchemy's exception, and the `commit` listeners are told."""
+        sync = self.connection.sync_connection
+        assert sync is not None
+        if sync.in_transaction():  # a statement ran through the connection
+            await self.connection.commit()
+        driver = self.driver
+        if not driver.open():
+            await driver.commit()  # forgets a BEGIN that never went out
+            return
+        try:
+            await driver.commit()
+        except sqlite3.Error as error:
+            sql = getattr(error, "sql", "COMMIT")
+            raise exc.DBAPIError.instance(
+                sql, None, error, sqlite3.Error, dialect=sync.dialect
+            ) from error
+        sync.dispatch.commit(sync)
+
+    async def rollback(self) -> None:
+        """Roll back what went out (through the connection, or straight on the
+        driver); a failure is raised as SQLAlchemy's exception."""
+        sync = self.connection.sync_connection
+        assert sync is not None
+        if sync.in_transaction():
+            await self.connection.rollback()
+        was_open = self.driver.open()
+        try:
+            await self.driver.rollback()
+        except sqlite3.Error as error:
+            raise exc.DBAPIError.instance(
+                "ROLLBACK", None, error, sqlite3.Error, dialect=sync.dialect
+            ) from error
+        if was_open:
+            sync.dispatch.rollback(sync)

@@ -148,8 +148,12 @@ def multi_row(rows: Sequence[NewRow]) -> Write:
 async def _connection(session: AsyncSession) -> AsyncConnection:
     """The session's connection in its current transaction, asked of the
     session once per transaction (each ask costs a greenlet round)."""
-    transaction = session.sync_session.get_transaction()
     info = session.sync_session.info
+    write = info.get(direct.WRITE)
+    if write is not None:  # SQLite's write transaction, on the driver
+        write.begin()
+        return write.connection  # type: ignore[no-any-return]
+    transaction = session.sync_session.get_transaction()
     known = info.get(_CONNECTION)
     active = transaction is not None and transaction.is_active
     if active and known is not None and known[0] is transaction:

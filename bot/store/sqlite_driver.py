@@ -313,6 +313,16 @@ class Connection(aiosqlite.Connection):
         or rollback before any statement sends nothing."""
         self._begin = begin
 
+    def in_write(self) -> bool:
+        """A transaction is begun: its BEGIN waits for the next statement, or
+        went out (statements may be queued on the worker thread)."""
+        return self._begin is not None or self.open()
+
+    def open(self) -> bool:
+        """A transaction's statements went out (or are queued): a commit has
+        something to do."""
+        return self._queued or self._conn.in_transaction
+
     def take_begin(self) -> str | None:
         begin, self._begin = self._begin, None
         return begin
