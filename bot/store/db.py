@@ -33,7 +33,6 @@ from sqlalchemy.exc import InvalidatePoolError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
-    async_sessionmaker,
     create_async_engine,
 )
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -44,7 +43,7 @@ from bot.errors import StartupError
 from bot.store import direct, sqlite_driver
 from bot.store.diagnose import explain, missing_tables
 from bot.store.pool import KeepingPool
-from bot.store.rows import flush_deferred
+from bot.store.sessions import Sessions, in_direct_write, in_transaction
 
 log = logging.getLogger("switchboard.store")
 
@@ -115,19 +114,19 @@ class Store:
         # other, which starves some under load; busy_timeout still covers other
         # processes (CLI commands) sharing the file.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
-        self._writer = _Sessions(self.engine)
+        self._writer = Sessions(self.engine)
         self._held: AsyncConnection | None = None
         self._held_writer = self._writer
-        self._urgent = _Sessions(self.urgent_engine)
+        self._urgent = Sessions(self.urgent_engine)
         # Reads run outside a transaction on both (SQLite: no BEGIN, see
         # `_tune_sqlite`; PostgreSQL: autocommit, no BEGIN and COMMIT round
         # trips); at READ COMMITTED each statement saw its own snapshot anyway.
         reading: dict[str, Any] = {_READONLY: True}
         if self.dialect != "sqlite":
             reading["isolation_level"] = "AUTOCOMMIT"
-        self._reader = _Sessions(self.engine.execution_options(**reading))
-        self._alone = _Sessions(self.engine.execution_options(isolation_level="AUTOCOMMIT"))
-        self._urgent_alone = _Sessions(
+        self._reader = Sessions(self.engine.execution_options(**reading))
+        self._alone = Sessions(self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        self._urgent_alone = Sessions(
             self.urgent_engine.execution_options(isolation_level="AUTOCOMMIT")
         )
 
@@ -139,16 +138,18 @@ class Store:
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A session in a write transaction, committed on exit, rolled back on error."""
         if self._write_lock is None:
-            async with _session(self._writer) as session:
+            async with in_transaction(self._writer) as session:
                 yield session
             return
         async with self._write_lock:
             try:
                 sessions = await self._sqlite_writer()
                 write = self._direct_write()
-                async with _session(sessions) if write is None else _written(
-                    sessions, write
-                ) as session:
+                async with (
+                    in_transaction(sessions)
+                    if write is None
+                    else in_direct_write(sessions, write) as session
+                ):
                     yield session
             except BaseException:
                 # Back to the pool, whose reset rolls back whatever the failure
@@ -167,20 +168,20 @@ class Store:
             async with self.write() as session:
                 yield session
             return
-        async with _session(self._urgent_alone if urgent else self._alone) as session:
+        async with in_transaction(self._urgent_alone if urgent else self._alone) as session:
             yield session
 
     @asynccontextmanager
     async def write_urgent(self) -> AsyncIterator[AsyncSession]:
         """`write()` on the connections kept for intake and leases (PostgreSQL)."""
         if self._write_lock is None:
-            async with _session(self._urgent) as session:
+            async with in_transaction(self._urgent) as session:
                 yield session
             return
         async with self.write() as session:
             yield session
 
-    async def _sqlite_writer(self) -> _Sessions:
+    async def _sqlite_writer(self) -> Sessions:
         """(Under the write lock) Sessions on the one connection SQLite's writes
         use: they take turns on the lock anyway, so the connection stays
         checked out between them instead of going back to the pool and out
@@ -190,7 +191,7 @@ class Store:
         if held is None or held.closed or held.invalidated:
             await self._release_writer()
             held = self._held = await self.engine.connect()
-            self._held_writer = _Sessions(held)
+            self._held_writer = Sessions(held)
         return self._held_writer
 
     def _direct_write(self) -> direct.Write | None:
@@ -226,11 +227,11 @@ class Store:
         writers); several statements are not one snapshot. `heavy`: reads that
         may scan much (reports), kept off the event loop's thread on SQLite."""
         if not heavy:
-            async with _session(self._reader) as session:
+            async with in_transaction(self._reader) as session:
                 yield session
             return
         with sqlite_driver.off_the_loop():
-            async with _session(self._reader) as session:
+            async with in_transaction(self._reader) as session:
                 yield session
 
     async def upgrade(self) -> None:
@@ -271,117 +272,6 @@ def _ensure_sqlite_dir(database: str | None) -> None:
             "Create it, writable by this user, or set [database] url "
             "(SWITCHBOARD__DATABASE__URL) to a path that can be.",
         ) from exc
-
-
-class _Sessions:
-    """Sessions bound to one engine or connection, kept for reuse once closed
-    after a commit. A closed Session is as good as a new one (no transaction,
-    an empty identity map), and making one (the AsyncSession, its Session,
-    their proxies and weak references) costs about as much as running a
-    statement on SQLite. A session whose transaction failed is not kept."""
-
-    __slots__ = ("_idle", "_make")
-
-    KEEP = 64
-
-    def __init__(self, bind: AsyncEngine | AsyncConnection) -> None:
-        self._make = async_sessionmaker(bind, class_=AsyncSession, expire_on_commit=False)
-        self._idle: list[AsyncSession] = []
-
-    def take(self) -> AsyncSession:
-        return self._idle.pop() if self._idle else self._make()
-
-    def give(self, session: AsyncSession) -> None:
-        """(A session closed after its commit.)"""
-        if len(self._idle) < self.KEEP:
-            session.sync_session.info.clear()
-            self._idle.append(session)
-
-
-@asynccontextmanager
-async def _session(sessions: _Sessions) -> AsyncIterator[AsyncSession]:
-    """A session in a transaction, committed on exit and closed (and kept for
-    the next transaction).
-
-    Beginning does no I/O (the connection is taken at the first statement), and
-    neither does closing after a commit (the connection went back to the pool
-    with it): both are called directly, not through the greenlet that
-    AsyncSession's own methods spend on each, nor the task and shield of its
-    close. After an error (in the body or the commit) the transaction is
-    rolled back and the session closed by SQLAlchemy's own shielded close,
-    which cancellation cannot interrupt (`_abandon`)."""
-    session = sessions.take()
-    sync = session.sync_session
-    sync.begin()
-    try:
-        yield session
-        if sync.info:
-            await flush_deferred(session)
-        await session.commit()
-    except BaseException:
-        await _abandon(session)
-        raise
-    if sync.in_transaction():  # begun again after the commit (not on our paths)
-        await session.close()
-    else:
-        sync.close()
-    sessions.give(session)
-
-
-@asynccontextmanager
-async def _written(sessions: _Sessions, write: direct.Write) -> AsyncIterator[AsyncSession]:
-    """`_session` for SQLite's writes: the statements run through
-    `bot.store.rows` go straight to the driver in a transaction begun there
-    (`direct.Write`), committed on exit without the Session. What ran through
-    the Session (the ORM) joined that transaction and is committed by the
-    Session first (its flush included). After an error the transaction is
-    rolled back (a rollback that fails too is logged, as `_abandon` does) and
-    the caller discards the connection."""
-    session = sessions.take()
-    sync = session.sync_session
-    sync.info[direct.WRITE] = write
-    try:
-        yield session
-        if sync.in_transaction() or sync.new or sync.deleted or sync.dirty:
-            await session.commit()
-        await write.commit()
-    except BaseException:
-        if sync.in_transaction():
-            await _abandon(session)
-        else:
-            sync.close()
-            try:
-                await asyncio.shield(write.rollback())
-            except Exception as exc:
-                _rollback_failed(exc)
-        raise
-    if sync.in_transaction():  # begun again after the commit (not on our paths)
-        await session.close()
-    else:
-        sync.close()
-    sessions.give(session)
-
-
-async def _abandon(session: AsyncSession) -> None:
-    """After an error in a transaction or its commit, what `session.begin()` and
-    `async with session` would do: roll back (the driver's transaction may be
-    open: closing alone does not end it after a failed commit), then close,
-    shielded. A rollback that fails too is logged, not raised (the caller
-    raises the error that caused it), and the connection, in a state nobody
-    knows, is discarded rather than handed back to the pool."""
-    try:
-        await session.rollback()
-    except Exception as exc:
-        _rollback_failed(exc)
-        with contextlib.suppress(Exception):
-            await session.invalidate()
-    finally:
-        await session.__aexit__(None, None, None)
-
-
-def _rollback_failed(exc: Exception) -> None:
-    reason = str(exc).splitlines()[0][:200] if str(exc) else ""
-    log.warning("store.rollback_failed %s: %s; connection discarded", type(exc).__name__, reason)
 
 
 SQLITE_FILE_MODE = 0o600

@@ -1,0 +1,129 @@
+"""Sessions as the Store hands them out: each in a transaction, committed on
+exit, closed and kept for the next (`bot.store.db`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from bot.store import direct
+from bot.store.rows import flush_deferred
+
+log = logging.getLogger("switchboard.store")
+
+
+class Sessions:
+    """Sessions bound to one engine or connection, kept for reuse once closed
+    after a commit. A closed Session is as good as a new one (no transaction,
+    an empty identity map), and making one (the AsyncSession, its Session,
+    their proxies and weak references) costs about as much as running a
+    statement on SQLite. A session whose transaction failed is not kept."""
+
+    __slots__ = ("_idle", "_make")
+
+    KEEP = 64
+
+    def __init__(self, bind: AsyncEngine | AsyncConnection) -> None:
+        self._make = async_sessionmaker(bind, class_=AsyncSession, expire_on_commit=False)
+        self._idle: list[AsyncSession] = []
+
+    def take(self) -> AsyncSession:
+        return self._idle.pop() if self._idle else self._make()
+
+    def give(self, session: AsyncSession) -> None:
+        """(A session closed after its commit.)"""
+        if len(self._idle) < self.KEEP:
+            session.sync_session.info.clear()
+            self._idle.append(session)
+
+
+@asynccontextmanager
+async def in_transaction(sessions: Sessions) -> AsyncIterator[AsyncSession]:
+    """A session in a transaction, committed on exit and closed (and kept for
+    the next transaction).
+
+    Beginning does no I/O (the connection is taken at the first statement), and
+    neither does closing after a commit (the connection went back to the pool
+    with it): both are called directly, not through the greenlet that
+    AsyncSession's own methods spend on each, nor the task and shield of its
+    close. After an error (in the body or the commit) the transaction is
+    rolled back and the session closed by SQLAlchemy's own shielded close,
+    which cancellation cannot interrupt (`_abandon`)."""
+    session = sessions.take()
+    sync = session.sync_session
+    sync.begin()
+    try:
+        yield session
+        if sync.info:
+            await flush_deferred(session)
+        await session.commit()
+    except BaseException:
+        await _abandon(session)
+        raise
+    if sync.in_transaction():  # begun again after the commit (not on our paths)
+        await session.close()
+    else:
+        sync.close()
+    sessions.give(session)
+
+
+@asynccontextmanager
+async def in_direct_write(sessions: Sessions, write: direct.Write) -> AsyncIterator[AsyncSession]:
+    """`in_transaction` for SQLite's writes: the statements run through
+    `bot.store.rows` go straight to the driver in a transaction begun there
+    (`direct.Write`), committed on exit without the Session. What ran through
+    the Session (the ORM) joined that transaction and is committed by the
+    Session first (its flush included). After an error the transaction is
+    rolled back (a rollback that fails too is logged, as `_abandon` does) and
+    the caller discards the connection."""
+    session = sessions.take()
+    sync = session.sync_session
+    sync.info[direct.WRITE] = write
+    try:
+        yield session
+        if sync.in_transaction() or sync.new or sync.deleted or sync.dirty:
+            await session.commit()
+        await write.commit()
+    except BaseException:
+        if sync.in_transaction():
+            await _abandon(session)
+        else:
+            sync.close()
+            try:
+                await asyncio.shield(write.rollback())
+            except Exception as exc:
+                _rollback_failed(exc)
+        raise
+    if sync.in_transaction():  # begun again after the commit (not on our paths)
+        await session.close()
+    else:
+        sync.close()
+    sessions.give(session)
+
+
+async def _abandon(session: AsyncSession) -> None:
+    """After an error in a transaction or its commit, what `session.begin()` and
+    `async with session` would do: roll back (the driver's transaction may be
+    open: closing alone does not end it after a failed commit), then close,
+    shielded. A rollback that fails too is logged, not raised (the caller
+    raises the error that caused it), and the connection, in a state nobody
+    knows, is discarded rather than handed back to the pool."""
+    try:
+        await session.rollback()
+    except Exception as exc:
+        _rollback_failed(exc)
+        with contextlib.suppress(Exception):
+            await session.invalidate()
+    finally:
+        await session.__aexit__(None, None, None)
+
+
+def _rollback_failed(exc: Exception) -> None:
+    reason = str(exc).splitlines()[0][:200] if str(exc) else ""
+    log.warning("store.rollback_failed %s: %s; connection discarded", type(exc).__name__, reason)

@@ -1,0 +1,140 @@
+"""A write transaction is one transaction whichever way its statements go.
+
+On SQLite a write session's statements run through `bot.store.rows` go
+straight to the driver, in a transaction begun and committed there
+(`bot.store.direct.Write`); what runs through the Session (the ORM) or the
+connection (a statement the direct path does not take) joins it. Whatever the
+mix: all or nothing, one BEGIN and one COMMIT seen by listeners, and the store
+works after a failure. On PostgreSQL the same calls run in the Session's
+transaction: the same outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
+from bot.store import Store, direct
+from bot.store.models import InboxItem
+from bot.store.rows import insert_returning_ids, insert_rows, new_row
+
+
+def item(event_id: str) -> dict[str, Any]:
+    return new_row(InboxItem, platform="test", event_id=event_id, conversation_key="c", payload={})
+
+
+async def stored(store: Store) -> list[str]:
+    async with store.read() as session:
+        rows = await session.exec(select(InboxItem.event_id).order_by(col(InboxItem.id)))
+        return list(rows.all())
+
+
+@contextmanager
+def transactions(store: Store) -> Iterator[list[str]]:
+    """BEGIN, COMMIT and ROLLBACK as the engine's listeners see them."""
+    seen: list[str] = []
+    engine = store.engine.sync_engine
+
+    def statement(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+        if sql.split()[0].upper() in ("BEGIN", "SAVEPOINT"):
+            seen.append(sql.split()[0].upper())
+
+    def commit(_conn: Any) -> None:
+        seen.append("COMMIT")
+
+    def rollback(_conn: Any) -> None:
+        seen.append("ROLLBACK")
+
+    hooks = [("before_cursor_execute", statement), ("commit", commit), ("rollback", rollback)]
+    for name, hook in hooks:
+        event.listen(engine, name, hook)
+    try:
+        yield seen
+    finally:
+        for name, hook in hooks:
+            event.remove(engine, name, hook)
+
+
+async def test_sqlite_writes_run_on_the_driver(sqlite_store: Store) -> None:
+    async with sqlite_store.write() as session:
+        assert isinstance(session.sync_session.info.get(direct.WRITE), direct.Write)
+        await insert_rows(session, [item("a")])
+    assert await stored(sqlite_store) == ["a"]
+
+
+@pytest.mark.parametrize("orm_first", [True, False])
+async def test_core_and_orm_writes_commit_together_once(store: Store, orm_first: bool) -> None:
+    with transactions(store) as seen:
+        async with store.write() as session:
+            if orm_first:
+                session.add(InboxItem(platform="test", event_id="orm", conversation_key="c"))
+                await session.flush()
+            await insert_rows(session, [item("core")], wait=False)
+            if not orm_first:
+                session.add(InboxItem(platform="test", event_id="orm", conversation_key="c"))
+    assert sorted(await stored(store)) == ["core", "orm"]
+    if store.is_sqlite:  # PostgreSQL's driver sends its own BEGIN, unseen
+        assert seen == ["BEGIN", "COMMIT"]
+    else:
+        assert seen == ["COMMIT"]
+
+
+@pytest.mark.parametrize("orm_fails", [True, False])
+async def test_a_failure_on_either_path_keeps_nothing_of_both(
+    store: Store, orm_fails: bool
+) -> None:
+    async with store.write() as session:
+        await insert_rows(session, [item("taken")])
+    with pytest.raises(IntegrityError):
+        async with store.write() as session:
+            await insert_rows(session, [item("core" if orm_fails else "taken")], wait=False)
+            event_id = "taken" if orm_fails else "orm"
+            session.add(InboxItem(platform="test", event_id=event_id, conversation_key="c"))
+    assert await stored(store) == ["taken"]
+    async with store.write() as session:  # and the store goes on
+        await insert_rows(session, [item("after")])
+    assert await stored(store) == ["taken", "after"]
+
+
+async def test_a_statement_through_the_connection_joins_the_transaction(store: Store) -> None:
+    """Several rows with RETURNING go through SQLAlchemy's connection (its
+    multi-row INSERT), not the driver path: still in the one transaction."""
+    with transactions(store) as seen:
+        async with store.write() as session:
+            await insert_rows(session, [item("first")], wait=False)
+            ids = await insert_returning_ids(session, [item("x"), item("y")])
+            await insert_rows(session, [item("last")])
+    assert len(ids) == 2 and ids[0] < ids[1]
+    assert await stored(store) == ["first", "x", "y", "last"]
+    assert seen.count("COMMIT") == 1 and seen.count("BEGIN") == (1 if store.is_sqlite else 0)
+    held = store._held  # SQLite's writer: its connection's books closed too
+    assert held is None or not held.sync_connection.in_transaction()
+
+
+async def test_an_error_in_the_body_after_writes_on_both_paths_undoes_them(store: Store) -> None:
+    with pytest.raises(RuntimeError, match="changed my mind"):
+        async with store.write() as session:
+            await insert_rows(session, [item("a")])
+            await insert_returning_ids(session, [item("b"), item("c")])
+            session.add(InboxItem(platform="test", event_id="d", conversation_key="c"))
+            await session.flush()
+            raise RuntimeError("changed my mind")
+    assert await stored(store) == []
+    async with store.write() as session:
+        await insert_rows(session, [item("e")])
+    assert await stored(store) == ["e"]
+
+
+async def test_a_write_that_runs_nothing_commits_nothing(store: Store) -> None:
+    with transactions(store) as seen:
+        async with store.write():
+            pass
+    assert seen == []
+    async with store.write() as session:
+        await insert_rows(session, [item("a")])
+    assert await stored(store) == ["a"]
