@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import InvalidatePoolError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, InvalidatePoolError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -43,7 +43,7 @@ from bot.errors import StartupError
 from bot.store import direct, sqlite_driver
 from bot.store.diagnose import explain, missing_tables
 from bot.store.pool import KeepingPool
-from bot.store.sessions import Sessions, in_direct_write, in_transaction
+from bot.store.sessions import Sessions, in_direct_read, in_direct_write, in_transaction
 
 log = logging.getLogger("switchboard.store")
 
@@ -103,8 +103,10 @@ class Store:
                 pool_timeout=pool_timeout,
                 **KeepingPool.sized(URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2),
             )
+        self._reads_on_loop = False
+        """SQLite with statements on the loop: reads use `_held_reader`"""
         if self.dialect == "sqlite":
-            on_loop = sqlite_on_loop and "async_creator" in pool
+            on_loop = self._reads_on_loop = sqlite_on_loop and "async_creator" in pool
             _tune_sqlite(self.engine, busy_timeout_ms, on_loop)
         else:
             for engine in {self.engine, self.urgent_engine}:
@@ -117,6 +119,9 @@ class Store:
         self._writer = Sessions(self.engine)
         self._held: AsyncConnection | None = None
         self._held_writer = self._writer
+        self._held_reader: AsyncConnection | None = None
+        """SQLite: the connection kept for reads on the loop (`in_direct_read`)"""
+        self._reader_lock = asyncio.Lock()
         self._urgent = Sessions(self.urgent_engine)
         # Reads run outside a transaction on both (SQLite: no BEGIN, see
         # `_tune_sqlite`; PostgreSQL: autocommit, no BEGIN and COMMIT round
@@ -204,6 +209,29 @@ class Store:
             return None
         return direct.Write(held, driver)
 
+    async def _direct_reader(self) -> AsyncConnection | None:
+        """SQLite on the loop: the connection kept for reads, connected (again)
+        when there is none usable; None when its driver is not this service's
+        (the read goes the usual way)."""
+        held = self._held_reader
+        if held is None or held.closed or held.invalidated:
+            async with self._reader_lock:  # one connects; the others wait for it
+                held = self._held_reader
+                if held is None or held.closed or held.invalidated:
+                    await self._release_reader()
+                    held = await self.engine.connect()
+                    await held.execution_options(**{_READONLY: True})
+                    self._held_reader = held
+        sync = held.sync_connection
+        driver = sync.connection.driver_connection if sync is not None else None
+        return held if isinstance(driver, sqlite_driver.Connection) else None
+
+    async def _release_reader(self) -> None:
+        held, self._held_reader = self._held_reader, None
+        if held is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(held.close())
+
     async def _release_writer(self) -> None:
         held, self._held = self._held, None
         if held is not None:
@@ -227,8 +255,17 @@ class Store:
         writers); several statements are not one snapshot. `heavy`: reads that
         may scan much (reports), kept off the event loop's thread on SQLite."""
         if not heavy:
-            async with in_transaction(self._reader) as session:
-                yield session
+            reader = await self._direct_reader() if self._reads_on_loop else None
+            if reader is None:
+                async with in_transaction(self._reader) as session:
+                    yield session
+                return
+            try:
+                async with in_direct_read(self._reader, reader) as session:
+                    yield session
+            except DBAPIError:
+                await self._release_reader()  # a fresh one for the next read
+                raise
             return
         with sqlite_driver.off_the_loop():
             async with in_transaction(self._reader) as session:
@@ -252,6 +289,7 @@ class Store:
 
     async def dispose(self) -> None:
         await self._release_writer()
+        await self._release_reader()
         await self.engine.dispose()
         if self.urgent_engine is not self.engine:
             await self.urgent_engine.dispose()

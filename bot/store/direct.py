@@ -256,6 +256,9 @@ def _compile(statement: Executable, dialect: Dialect, params: Mapping[str, Any])
 
 WRITE = "switchboard.direct.write"
 """The key of a session's `Write` in its `info` (`bot.store.db`)."""
+READ = "switchboard.direct.read"
+"""The key of a read session's connection for the driver path in its `info`
+(`bot.store.sessions.in_direct_read`)."""
 
 
 class Write:

@@ -55,6 +55,8 @@ async def execute(
     driver = direct.driver_of(connection, statement, params)
     info = session.sync_session.info
     if driver is None:
+        if connection is info.get(direct.READ):  # it takes the driver path's only
+            connection = await _own_connection(session)
         await flush_deferred(session)
         return await connection.execute(statement, params)
     if isinstance(driver, asyncpg_driver.Driver):
@@ -153,6 +155,15 @@ async def _connection(session: AsyncSession) -> AsyncConnection:
     if write is not None:  # SQLite's write transaction, on the driver
         write.begin()
         return write.connection  # type: ignore[no-any-return]
+    reader = info.get(direct.READ)
+    if reader is not None:  # SQLite's reads on the loop
+        return reader  # type: ignore[no-any-return]
+    return await _own_connection(session)
+
+
+async def _own_connection(session: AsyncSession) -> AsyncConnection:
+    """The connection the session itself holds in its current transaction."""
+    info = session.sync_session.info
     transaction = session.sync_session.get_transaction()
     known = info.get(_CONNECTION)
     active = transaction is not None and transaction.is_active

@@ -66,10 +66,15 @@ async def in_transaction(sessions: Sessions) -> AsyncIterator[AsyncSession]:
     except BaseException:
         await _abandon(session)
         raise
-    if sync.in_transaction():  # begun again after the commit (not on our paths)
+    await _put_back(sessions, session)
+
+
+async def _put_back(sessions: Sessions, session: AsyncSession) -> None:
+    """Close a session whose transaction ended well, and keep it for reuse."""
+    if session.sync_session.in_transaction():  # begun again after the commit (not ours)
         await session.close()
     else:
-        sync.close()
+        session.sync_session.close()
     sessions.give(session)
 
 
@@ -100,11 +105,32 @@ async def in_direct_write(sessions: Sessions, write: direct.Write) -> AsyncItera
             except Exception as exc:
                 _rollback_failed(exc)
         raise
-    if sync.in_transaction():  # begun again after the commit (not on our paths)
-        await session.close()
-    else:
-        sync.close()
-    sessions.give(session)
+    await _put_back(sessions, session)
+
+
+@asynccontextmanager
+async def in_direct_read(
+    sessions: Sessions, reader: AsyncConnection
+) -> AsyncIterator[AsyncSession]:
+    """`in_transaction` for SQLite's reads on the event loop: the statements
+    run through `bot.store.rows` that the driver path takes go straight to the
+    driver of `reader`, a connection kept for them (in autocommit: each is on
+    its own, as every read here is; several sessions may share it, a
+    statement on the loop being one call); what runs through the Session
+    (the ORM, or a statement the driver path does not take) uses the
+    Session's own connection from the pool, given back on exit."""
+    session = sessions.take()
+    sync = session.sync_session
+    sync.info[direct.READ] = reader
+    try:
+        yield session
+    except BaseException:
+        if sync.in_transaction():
+            await _abandon(session)
+        else:
+            sync.close()
+        raise
+    await _put_back(sessions, session)
 
 
 async def _abandon(session: AsyncSession) -> None:
