@@ -304,10 +304,10 @@ class Write:
         if sync.in_transaction():  # a statement ran through the connection
             await self.connection.commit()
         driver = self.driver
-        if not driver.open():
-            await driver.commit()  # forgets a BEGIN that never went out
-            return
         try:
+            if not driver.transaction_open():
+                await driver.commit()  # forgets a BEGIN that never went out
+                return
             await driver.commit()
         except sqlite3.Error as error:
             sql = getattr(error, "sql", "COMMIT")
@@ -323,7 +323,7 @@ class Write:
         assert sync is not None
         if sync.in_transaction():
             await self.connection.rollback()
-        was_open = self.driver.open()
+        was_open = self.driver.transaction_open()
         try:
             await self.driver.rollback()
         except sqlite3.Error as error:

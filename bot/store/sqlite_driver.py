@@ -316,9 +316,9 @@ class Connection(aiosqlite.Connection):
     def in_write(self) -> bool:
         """A transaction is begun: its BEGIN waits for the next statement, or
         went out (statements may be queued on the worker thread)."""
-        return self._begin is not None or self.open()
+        return self._begin is not None or self.transaction_open()
 
-    def open(self) -> bool:
+    def transaction_open(self) -> bool:
         """A transaction's statements went out (or are queued): a commit has
         something to do."""
         return self._queued or self._conn.in_transaction
@@ -329,6 +329,10 @@ class Connection(aiosqlite.Connection):
 
     async def commit(self) -> None:
         self._begin = None
+        # A queued statement's failure that ended the transaction with it
+        # (SQLite rolls back on some errors: a full disk, a trigger's
+        # RAISE(ROLLBACK)) is raised here too: nothing of it was committed.
+        self.raise_deferred_failure()
         # Nothing to do without a transaction (reads, pool resets): no hop.
         if self._queued or self._conn.in_transaction:
             await self.hop(self._commit)

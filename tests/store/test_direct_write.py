@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
@@ -138,3 +138,27 @@ async def test_a_write_that_runs_nothing_commits_nothing(store: Store) -> None:
     async with store.write() as session:
         await insert_rows(session, [item("a")])
     assert await stored(store) == ["a"]
+
+
+async def test_a_queued_write_whose_failure_ended_the_transaction_fails_the_commit(
+    sqlite_store: Store,
+) -> None:
+    """SQLite rolls the whole transaction back on some errors (a full disk; a
+    trigger's RAISE(ROLLBACK)): the commit after it has nothing open to
+    commit, and must still raise rather than report the lost rows stored."""
+    store = sqlite_store
+    async with store.write() as session:
+        await session.exec(  # type: ignore[call-overload]
+            text(
+                "CREATE TRIGGER refuse BEFORE INSERT ON inbox WHEN NEW.event_id = 'boom'"
+                " BEGIN SELECT RAISE(ROLLBACK, 'refused'); END"
+            )
+        )
+    with pytest.raises(IntegrityError, match="refused"):
+        async with store.write() as session:
+            await insert_rows(session, [item("a")], wait=False)
+            await insert_rows(session, [item("boom")], wait=False)
+    assert await stored(store) == []
+    async with store.write() as session:  # and the store goes on
+        await insert_rows(session, [item("b")])
+    assert await stored(store) == ["b"]
