@@ -19,6 +19,7 @@ SQL depends on the values (expanding IN lists) are compiled per list length.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
@@ -36,6 +37,17 @@ from bot.store.sqlite_driver import Connection as DriverConnection
 Driver = DriverConnection | asyncpg_driver.Driver
 
 Processor = Callable[[Any], Any] | None
+
+_ECHO = logging.getLogger("sqlalchemy.engine.Engine")
+"""`database.echo` sets SQLAlchemy's engine loggers to INFO: what runs here is
+logged there too, as SQLAlchemy logs what it runs itself."""
+
+
+def echo(sql: str, arguments: Any = ()) -> None:
+    if _ECHO.isEnabledFor(logging.INFO):
+        _ECHO.info("%s", sql)
+        if arguments:
+            _ECHO.info("[direct] %r", arguments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +177,7 @@ async def run(
         if isinstance(params, list)
         else plan.arguments(first)
     )
+    echo(plan.sql, arguments)
     listeners = sync.dispatch.before_cursor_execute
     if listeners:  # (none in the service; iterating even none costs a few µs)
         for listener in listeners:
@@ -290,6 +303,7 @@ class Write:
         if self.driver.in_write():
             return
         self.driver.begin_with_next("BEGIN IMMEDIATE")
+        echo("BEGIN IMMEDIATE")
         sync = self.connection.sync_connection
         assert sync is not None
         for listener in sync.dispatch.before_cursor_execute:
@@ -308,6 +322,7 @@ class Write:
             if not driver.transaction_open():
                 await driver.commit()  # forgets a BEGIN that never went out
                 return
+            echo("COMMIT")
             await driver.commit()
         except sqlite3.Error as error:
             sql = getattr(error, "sql", "COMMIT")
@@ -324,6 +339,8 @@ class Write:
         if sync.in_transaction():
             await self.connection.rollback()
         was_open = self.driver.transaction_open()
+        if was_open:
+            echo("ROLLBACK")
         try:
             await self.driver.rollback()
         except sqlite3.Error as error:

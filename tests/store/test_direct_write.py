@@ -10,18 +10,25 @@ transaction: the same outcomes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import bindparam, event, text
+from sqlalchemy import select as core_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from bot.store import Store, direct
 from bot.store.models import InboxItem
-from bot.store.rows import insert_returning_ids, insert_rows, new_row
+from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row
+from tests.conftest import Database
+
+BY_EVENT = core_select(col(InboxItem.event_id)).where(
+    col(InboxItem.event_id) == bindparam("r_event")
+)
 
 
 def item(event_id: str) -> dict[str, Any]:
@@ -162,3 +169,32 @@ async def test_a_queued_write_whose_failure_ended_the_transaction_fails_the_comm
     async with store.write() as session:  # and the store goes on
         await insert_rows(session, [item("b")])
     assert await stored(store) == ["b"]
+
+
+async def test_echo_logs_what_runs_on_the_driver_once(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`database.echo` is for seeing the SQL: the statements run straight on
+    the driver (the hot path's) are logged too, each once, with the BEGIN and
+    COMMIT of a SQLite write."""
+    engine_log = logging.getLogger("sqlalchemy.engine")
+    level = engine_log.level
+    store = database.store(echo=True)
+    try:
+        await store.upgrade()
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="sqlalchemy.engine"):
+            async with store.write() as session:
+                await insert_rows(session, [item("a")])
+            async with store.read() as session:
+                found = await execute(session, BY_EVENT, {"r_event": "a"})
+        assert found.scalar() == "a"
+    finally:
+        await store.dispose()
+        engine_log.setLevel(level)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("sqlalchemy.engine")]
+    assert sum(line.startswith("INSERT INTO inbox") for line in lines) == 1, lines
+    assert sum(line.startswith("SELECT inbox.event_id") for line in lines) == 1, lines
+    assert any("'a'" in line for line in lines)  # the parameters, as SQLAlchemy's echo has them
+    if store.is_sqlite:
+        assert lines.count("BEGIN IMMEDIATE") == 1 and lines.count("COMMIT") == 1, lines
