@@ -287,19 +287,17 @@ class Write:
     as ever, which joins this one (`bot.store.db._tune_sqlite`), and is
     committed there first."""
 
-    __slots__ = ("begun", "connection", "driver")
+    __slots__ = ("connection", "driver")
 
     def __init__(self, connection: AsyncConnection, driver: DriverConnection) -> None:
         self.connection = connection
         self.driver = driver
-        self.begun = False
 
     def begin(self) -> None:
-        """Before the first statement: BEGIN IMMEDIATE goes out with it (and
-        the listeners see it), unless a transaction is begun already."""
-        if self.begun:
-            return
-        self.begun = True
+        """Before each statement: unless a transaction is begun (by an earlier
+        statement, or the Session), BEGIN IMMEDIATE goes out with this one (and
+        the listeners see it). After a commit in the middle (the Session's),
+        the next statement begins the next transaction, as the Session would."""
         if self.driver.in_write():
             return
         self.driver.begin_with_next("BEGIN IMMEDIATE")

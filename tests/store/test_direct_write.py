@@ -198,3 +198,20 @@ async def test_echo_logs_what_runs_on_the_driver_once(
     assert any("'a'" in line for line in lines)  # the parameters, as SQLAlchemy's echo has them
     if store.is_sqlite:
         assert lines.count("BEGIN IMMEDIATE") == 1 and lines.count("COMMIT") == 1, lines
+
+
+async def test_after_a_commit_in_the_middle_the_next_statements_are_a_transaction_again(
+    store: Store,
+) -> None:
+    """A session committed in the middle of a write goes on as a new
+    transaction (as the Session autobegins one): what follows is all or
+    nothing again."""
+    with pytest.raises(RuntimeError, match="after the commit"):
+        async with store.write() as session:
+            session.add(InboxItem(platform="test", event_id="a", conversation_key="c"))
+            await insert_rows(session, [item("b")])
+            await session.commit()
+            await insert_rows(session, [item("c")], wait=False)
+            await insert_returning_ids(session, [item("d"), item("e")])
+            raise RuntimeError("after the commit")
+    assert sorted(await stored(store)) == ["a", "b"]
