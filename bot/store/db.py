@@ -203,11 +203,8 @@ class Store:
         """(Under the write lock, the writer held) A transaction on the held
         connection's driver (`direct.Write`), when it is this service's."""
         held = self._held
-        sync = held.sync_connection if held is not None else None
-        driver = sync.connection.driver_connection if sync is not None else None
-        if held is None or not isinstance(driver, sqlite_driver.Connection):
-            return None
-        return direct.Write(held, driver)
+        driver = _driver_of(held)
+        return None if held is None or driver is None else direct.Write(held, driver)
 
     async def _direct_reader(self) -> AsyncConnection | None:
         """SQLite on the loop: the connection kept for reads, connected (again)
@@ -222,9 +219,7 @@ class Store:
                     held = await self.engine.connect()
                     await held.execution_options(**{_READONLY: True})
                     self._held_reader = held
-        sync = held.sync_connection
-        driver = sync.connection.driver_connection if sync is not None else None
-        return held if isinstance(driver, sqlite_driver.Connection) else None
+        return held if _driver_of(held) is not None else None
 
     async def _release_reader(self) -> None:
         held, self._held_reader = self._held_reader, None
@@ -293,6 +288,14 @@ class Store:
         await self.engine.dispose()
         if self.urgent_engine is not self.engine:
             await self.urgent_engine.dispose()
+
+
+def _driver_of(held: AsyncConnection | None) -> sqlite_driver.Connection | None:
+    """The driver under a held connection when it is this service's SQLite
+    driver (statements on the loop), else None."""
+    sync = held.sync_connection if held is not None else None
+    driver = sync.connection.driver_connection if sync is not None else None
+    return driver if isinstance(driver, sqlite_driver.Connection) else None
 
 
 def _ensure_sqlite_dir(database: str | None) -> None:
