@@ -274,14 +274,18 @@ class Conversations:
         self._remember(found)
         return found
 
-    async def resolve_in(self, session: AsyncSession, msg: IncomingMessage) -> Callable[[], None]:
+    async def resolve_in(
+        self, session: AsyncSession, msg: IncomingMessage
+    ) -> tuple[Callable[[], None], bool]:
         """`resolve(msg)`'s write in the caller's transaction (a new user's
         account: one transaction for both). Returns what to call once that
-        transaction has committed; `resolve` then needs no database."""
+        transaction has committed (`resolve` then needs no database), and
+        whether this transaction created the conversation (`created`)."""
         write = self.upserting(msg)
         if write is None:
-            return partial(self._remember, self._cache[msg.conversation_key])
-        return self.stored((await execute(session, *write)).one())
+            return partial(self._remember, self._cache[msg.conversation_key]), False
+        row = (await execute(session, *write)).one()
+        return self.stored(row), created(row)
 
     def upserting(self, msg: IncomingMessage) -> Write | None:
         """`resolve_in`'s statement, for a caller that runs it as a part of a

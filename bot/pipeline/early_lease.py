@@ -150,7 +150,7 @@ class EarlyLeases:
         transaction)."""
 
         async def resolve_in(session: AsyncSession, _user_id: int) -> Callable[[], None]:
-            return await conversations.resolve_in(session, msg)
+            return (await conversations.resolve_in(session, msg))[0]
 
         key = msg.conversation_key
         if msg.source != "user" or self._identity.known(msg) is not None:
@@ -164,18 +164,14 @@ class EarlyLeases:
 
         async def with_lease(session: AsyncSession, user_id: int) -> Callable[[], None]:
             attempt.user_id = user_id
-            upsert = conversations.upserting(msg)
-            if upsert is not None and self._inbox.joins:  # the conversation, lease and claim
+            upsert = conversations.upserting(msg) if self._inbox.joins else None
+            if upsert is not None:  # the conversation, the lease and the claim
                 write, took = self._joint(attempt, first=upsert)
                 rows = list((await execute(session, *write)).all())
                 committed, new = conversations.stored(rows[0]), created(rows[0])
                 took([row[RECORD_WIDTH:] for row in rows if row[RECORD_WIDTH] is not None])
             else:
-                if upsert is None:  # known here: nothing to write
-                    committed, new = await resolve_in(session, user_id), False
-                else:
-                    row = (await execute(session, *upsert)).one()
-                    committed, new = conversations.stored(row), created(row)
+                committed, new = await conversations.resolve_in(session, msg)
                 await take(session)
             if new and attempt.took.held is not None:
                 attempt.took = dataclasses.replace(attempt.took, created=True)
