@@ -53,7 +53,9 @@ most one statement that waits, which the account's rows ride on (`_create`)."""
 
 
 def current_period() -> str:
-    return utcnow().strftime("%Y-%m")
+    """The budget month, "YYYY-MM" (UTC)."""
+    now = utcnow()
+    return f"{now.year:04d}-{now.month:02d}"
 
 
 class Identity:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 
 from bot.agent.untrusted import mark
@@ -151,7 +152,13 @@ def speaker(ctx: PromptContext) -> str:
 
 
 def current_time(ctx: PromptContext) -> str:
-    return f"Current time: {ctx.now:%Y-%m-%d %H:%M} UTC ({ctx.now:%A})."
+    return _time_line(ctx.now.replace(second=0, microsecond=0))
+
+
+@lru_cache(maxsize=8)
+def _time_line(minute: datetime) -> str:
+    """(Formatted once a minute: strftime is most of a prompt's build.)"""
+    return f"Current time: {minute:%Y-%m-%d %H:%M} UTC ({minute:%A})."
 
 
 def recalled_memories(ctx: PromptContext) -> str:

@@ -36,9 +36,13 @@ class UTCDateTime(TypeDecorator[datetime]):
         def process(value: datetime | None) -> str | None:
             if value is None:
                 return None
-            if value.tzinfo is None:
+            zone = value.tzinfo
+            if zone is None:
                 raise ValueError("naive datetime given; use an aware UTC datetime")
-            return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+            if zone is not UTC:  # (`utcnow`'s are UTC already: no conversion)
+                value = value.astimezone(UTC)
+            # without the "+00:00" that ends an aware UTC time's text
+            return value.isoformat(" ", "microseconds")[:26]
 
         return process
 

@@ -48,6 +48,24 @@ async def test_no_wait_on_a_calm_loop_or_when_turned_off() -> None:
     assert off.waits == 0 and off.last == 0.0
 
 
+async def test_a_pass_on_time_stands_for_the_next_messages_for_a_moment() -> None:
+    """Measuring costs every message a pass through the loop: one found on
+    time lets the messages right after it go on unmeasured; once that moment
+    is over, the next is measured again and waits for a late loop."""
+    loop = asyncio.get_running_loop()
+    lag = LoopLag(0.02, interval=0.01, fresh=60.0)
+    await lag.calm()  # measured: on time
+    first = lag.last
+    loop.call_soon(busy, 0.05)
+    await lag.calm()  # within the moment: not measured, no wait
+    assert lag.waits == 0 and lag.last == first
+    await asyncio.sleep(0)  # (the busy callback runs)
+    lag.fresh = 0.0
+    loop.call_soon(busy, 0.05)
+    await lag.calm()
+    assert lag.waits >= 1 and lag.last <= 0.02
+
+
 async def test_a_message_taking_its_slot_back_goes_before_new_ones() -> None:
     """Under a burst, a run coming back from the model (or from its turn) is
     not queued behind every message not yet started."""
