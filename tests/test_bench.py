@@ -127,5 +127,12 @@ async def test_statement_counter_tells_reads_from_writes(tmp_path: Path) -> None
             async with engine.begin() as conn:
                 await conn.execute(text(sql))
         assert (counter.statements, counter.commits, counter.writes) == (5, 5, 3)
+        # in autocommit each statement is a transaction of its own; the
+        # commit that follows sends nothing and is not counted
+        alone = engine.execution_options(isolation_level="AUTOCOMMIT")
+        async with alone.begin() as conn:
+            await conn.execute(text("SELECT x FROM t"))
+            await conn.execute(text("INSERT INTO t VALUES (3)"))
+        assert (counter.statements, counter.commits, counter.writes) == (7, 7, 4)
     finally:
         await engine.dispose()

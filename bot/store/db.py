@@ -42,8 +42,9 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.errors import StartupError
 from bot.store import direct, sqlite_driver
 from bot.store.diagnose import explain, missing_tables
+from bot.store.kept import Kept
 from bot.store.pool import KeepingPool
-from bot.store.sessions import Sessions, in_direct_read, in_direct_write, in_transaction
+from bot.store.sessions import Sessions, in_direct_read, in_direct_write, in_transaction, on_kept
 
 log = logging.getLogger("switchboard.store")
 
@@ -123,6 +124,12 @@ class Store:
         """SQLite: the connection kept for reads on the loop (`in_direct_read`)"""
         self._reader_lock = asyncio.Lock()
         self._urgent = Sessions(self.urgent_engine)
+        self._kept: Kept | None = None
+        """PostgreSQL: connections kept for `read` and `write_one` (`bot.store.kept`)"""
+        self._kept_urgent: Kept | None = None
+        if self.dialect != "sqlite":
+            self._kept = Kept(self.engine, max(1, pool_size // 2))
+            self._kept_urgent = Kept(self.urgent_engine, max(1, URGENT_POOL_SIZE // 2))
         # Reads run outside a transaction on both (SQLite: no BEGIN, see
         # `_tune_sqlite`; PostgreSQL: autocommit, no BEGIN and COMMIT round
         # trips); at READ COMMITTED each statement saw its own snapshot anyway.
@@ -173,7 +180,9 @@ class Store:
             async with self.write() as session:
                 yield session
             return
-        async with in_transaction(self._urgent_alone if urgent else self._alone) as session:
+        kept = self._kept_urgent if urgent else self._kept
+        assert kept is not None
+        async with on_kept(self._urgent_alone if urgent else self._alone, kept) as session:
             yield session
 
     @asynccontextmanager
@@ -249,6 +258,10 @@ class Store:
         """A session for reads: autocommit statements (on SQLite never blocking
         writers); several statements are not one snapshot. `heavy`: reads that
         may scan much (reports), kept off the event loop's thread on SQLite."""
+        if not heavy and self._kept is not None:  # PostgreSQL
+            async with on_kept(self._reader, self._kept) as session:
+                yield session
+            return
         if not heavy:
             reader = await self._direct_reader() if self._reads_on_loop else None
             if reader is None:
@@ -285,6 +298,9 @@ class Store:
     async def dispose(self) -> None:
         await self._release_writer()
         await self._release_reader()
+        for kept in (self._kept, self._kept_urgent):
+            if kept is not None:
+                await kept.close()
         await self.engine.dispose()
         if self.urgent_engine is not self.engine:
             await self.urgent_engine.dispose()

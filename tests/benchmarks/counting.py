@@ -20,7 +20,10 @@ class SqlCounter:
     a WITH query that only reads).
     A statement is one that reads or writes rows: SQLite's BEGIN (sent as a
     statement there, by the driver on PostgreSQL) is counted with its commit,
-    not as a statement, as the floors count theirs."""
+    not as a statement, as the floors count theirs. A statement in autocommit
+    (PostgreSQL's reads and single-statement writes) is a transaction of its
+    own, counted as one commit; a Session's commit on such a connection sends
+    nothing and is not counted."""
 
     def __init__(self, engines: set[AsyncEngine]) -> None:
         self.statements = 0
@@ -38,16 +41,26 @@ class SqlCounter:
         if verb.startswith("BEGIN"):
             return
         self.statements += 1
-        if not only_reads(sql):
+        wrote = not only_reads(sql)
+        if _autocommit(connection):
+            self.commits += 1
+            self.writes += wrote
+        elif wrote:
             connection.info[_WROTE] = True
 
     def _commit(self, connection: Connection) -> None:
+        if _autocommit(connection):
+            return
         self.commits += 1
         if connection.info.pop(_WROTE, False):
             self.writes += 1
 
     def _rollback(self, connection: Connection) -> None:
         connection.info.pop(_WROTE, None)
+
+
+def _autocommit(connection: Connection) -> bool:
+    return connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
 
 
 _WROTE = "benchmark.wrote"
