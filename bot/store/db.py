@@ -128,8 +128,10 @@ class Store:
         """PostgreSQL: connections kept for `read` and `write_one` (`bot.store.kept`)"""
         self._kept_urgent: Kept | None = None
         if self.dialect != "sqlite":
-            self._kept = Kept(self.engine, max(1, pool_size // 2))
-            self._kept_urgent = Kept(self.urgent_engine, max(1, URGENT_POOL_SIZE // 2))
+            self._kept = Kept.within(self.engine, pool_size, max_overflow)
+            self._kept_urgent = Kept.within(
+                self.urgent_engine, URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2
+            )
         # Reads run outside a transaction on both (SQLite: no BEGIN, see
         # `_tune_sqlite`; PostgreSQL: autocommit, no BEGIN and COMMIT round
         # trips); at READ COMMITTED each statement saw its own snapshot anyway.
@@ -180,9 +182,10 @@ class Store:
             async with self.write() as session:
                 yield session
             return
-        kept = self._kept_urgent if urgent else self._kept
-        assert kept is not None
-        async with on_kept(self._urgent_alone if urgent else self._alone, kept) as session:
+        sessions, kept = (
+            (self._urgent_alone, self._kept_urgent) if urgent else (self._alone, self._kept)
+        )
+        async with in_transaction(sessions) if kept is None else on_kept(sessions, kept) as session:
             yield session
 
     @asynccontextmanager

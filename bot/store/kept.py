@@ -47,6 +47,16 @@ class Kept:
         self._idle: list[tuple[AsyncConnection, float]] = []
         """(connection, when it was put back), the last put back at the end"""
 
+    @classmethod
+    def within(cls, engine: AsyncEngine, pool_size: int, max_overflow: int) -> Kept | None:
+        """Kept connections for a pool of this size: at most half its steady
+        connections and a quarter of all it may open stay out, so that the
+        other work always finds connections in the pool; None for a pool too
+        small to spare one (a session whose ORM statements need the pool's
+        connection beside its kept one could wait for itself)."""
+        keep = min(pool_size // 2, (pool_size + max_overflow) // 4)
+        return cls(engine, keep) if keep > 0 else None
+
     @property
     def idle(self) -> int:
         return len(self._idle)

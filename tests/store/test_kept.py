@@ -203,3 +203,23 @@ async def test_no_database_fails_at_the_first_statement_as_before(pg: Database) 
                 await execute(session, BY_EVENT, {"k_event": "x"})
     finally:
         await store.dispose()
+
+
+async def test_a_pool_too_small_to_spare_a_connection_keeps_none(pg: Database) -> None:
+    """With one connection in all, none is kept out of the pool: a write
+    after a read finds it there, and a session running statements on both
+    paths does not wait for itself."""
+    store = pg.store(pool_size=1, max_overflow=0, pool_timeout=2)
+    await store.upgrade()
+    try:
+        assert store._kept is None and store._kept_urgent is not None
+        await pid(store)
+        async with store.write() as session:  # the pool's one connection is there
+            await insert_rows(session, [item("w")])
+        async with store.write_one() as session:  # the driver path, then the ORM
+            await insert_rows(session, [item("x")])
+            session.add(InboxItem(platform="test", event_id="y", conversation_key="c"))
+        async with store.read() as session:
+            assert (await session.exec(COUNT)).one()[0] == 3  # type: ignore[call-overload]
+    finally:
+        await store.dispose()
