@@ -42,7 +42,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.errors import StartupError
 from bot.store import direct, sqlite_driver
 from bot.store.diagnose import explain, missing_tables
-from bot.store.kept import Kept
+from bot.store.kept import PING_IDLE_S, Kept
 from bot.store.pool import KeepingPool
 from bot.store.sessions import Sessions, in_direct_read, in_direct_write, in_transaction, on_kept
 
@@ -370,10 +370,6 @@ def _private_sqlite_file(database: str | None) -> None:
 
 _FRESH = "switchboard_fresh"
 _RETURNED = "switchboard_returned"
-
-PING_IDLE_S = 2.0
-"""A pooled PostgreSQL connection idle longer than this is pinged when taken
-from the pool; one used more recently is only checked for having been closed."""
 
 
 def _ping_on_checkout(engine: AsyncEngine) -> None:

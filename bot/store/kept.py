@@ -35,7 +35,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 log = logging.getLogger("switchboard.store")
 
 PING_IDLE_S = 2.0
-"""As the pool's checkout: a connection idle longer than this is pinged first."""
+"""A PostgreSQL connection idle longer than this is pinged when taken, from
+the pool (`bot.store.db._ping_on_checkout`) or from `Kept`; one used more
+recently is only checked for having been closed."""
 
 
 class Kept:
