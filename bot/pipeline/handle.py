@@ -35,6 +35,7 @@ from bot.errors import ShuttingDown
 from bot.llm.gate import arrived
 from bot.logs import current_run_id, run_scope
 from bot.pipeline.admission import Admission, current_slot, waiting
+from bot.pipeline.arrivals import Arrivals, Place
 from bot.pipeline.control import Batch, Ticket
 from bot.pipeline.delivery import Delivery, Ended
 from bot.pipeline.early_lease import Early, EarlyLeases
@@ -71,6 +72,8 @@ class Pipeline:
         self._early = EarlyLeases(
             services.leases, services.inbox, services.identity, services.control
         )
+        self._arrivals = Arrivals()
+        """Messages of a conversation reach its run control in arrival order."""
         self._closed = False
 
     # -- adapters -----------------------------------------------------------
@@ -127,6 +130,7 @@ class Pipeline:
             msg = with_event_id(msg)
             command = msg.source == "user" and self.s.commands.is_command(msg.text)
             attempt = None if command else self._early.at_intake(msg)
+            place: Place | None = None
             try:
                 # A wakeup's durable record is its job's claimed fire, not the inbox.
                 if msg.source == "user":
@@ -143,19 +147,26 @@ class Pipeline:
                 if on_accepted is not None:  # durably ours: the platform may forget it now
                     on_accepted()
                 self._hold(msg)
+                place = None if command else self._arrivals.arrive(msg.conversation_key)
                 with arrived(msg.received_at.timestamp()):
                     async with self._admission.slot():
-                        return await self._process(msg, deliver)
+                        return await self._process(msg, deliver, place)
             finally:
+                if place is not None:
+                    self._arrivals.leave(place)
                 if attempt is not None and (left := self._early.leftover(attempt)) is not None:
                     await asyncio.shield(self._hand_back(left))
 
     async def resume(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome:
         """Run a message taken over from the inbox (already claimed)."""
         self._hold(msg)
-        with arrived(msg.received_at.timestamp()):
-            async with self._tracked(), self._admission.slot():
-                return await self._process(msg, deliver)
+        place = self._arrivals.arrive(msg.conversation_key)
+        try:
+            with arrived(msg.received_at.timestamp()):
+                async with self._tracked(), self._admission.slot():
+                    return await self._process(msg, deliver, place)
+        finally:
+            self._arrivals.leave(place)
 
     async def _hand_back(self, early: Early) -> None:
         """A lease taken early (at intake, or with a new account) that no run
@@ -193,7 +204,9 @@ class Pipeline:
             if task is not None:
                 self._active.discard(task)
 
-    async def _process(self, msg: IncomingMessage, deliver: bool) -> Outcome:
+    async def _process(
+        self, msg: IncomingMessage, deliver: bool, place: Place | None = None
+    ) -> Outcome:
         attempt = None
         try:
             msg = await self._delivery.fetch_files(msg)
@@ -218,6 +231,9 @@ class Pipeline:
             # (deliver=False) must come back to it: such a message runs alone.
             group = (user.id, msg.source) if deliver and msg.source == "user" else object()
             async with waiting():  # for our turn: the driver of the run takes a slot
+                if place is not None:  # after the messages that arrived before
+                    await self._arrivals.turn(place)
+                    self._arrivals.leave(place)
                 outcome = await self.s.control.submit(
                     conversation.key,
                     f"{msg.platform}:{msg.platform_channel_id}",
