@@ -42,8 +42,9 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.errors import StartupError
 from bot.store import direct, sqlite_driver
 from bot.store.diagnose import explain, missing_tables
+from bot.store.kept import PING_IDLE_S, Kept
 from bot.store.pool import KeepingPool
-from bot.store.sessions import Sessions, in_direct_read, in_direct_write, in_transaction
+from bot.store.sessions import Sessions, in_direct_read, in_direct_write, in_transaction, on_kept
 
 log = logging.getLogger("switchboard.store")
 
@@ -123,6 +124,14 @@ class Store:
         """SQLite: the connection kept for reads on the loop (`in_direct_read`)"""
         self._reader_lock = asyncio.Lock()
         self._urgent = Sessions(self.urgent_engine)
+        self._kept: Kept | None = None
+        """PostgreSQL: connections kept for `read` and `write_one` (`bot.store.kept`)"""
+        self._kept_urgent: Kept | None = None
+        if self.dialect != "sqlite":
+            self._kept = Kept.within(self.engine, pool_size, max_overflow)
+            self._kept_urgent = Kept.within(
+                self.urgent_engine, URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2
+            )
         # Reads run outside a transaction on both (SQLite: no BEGIN, see
         # `_tune_sqlite`; PostgreSQL: autocommit, no BEGIN and COMMIT round
         # trips); at READ COMMITTED each statement saw its own snapshot anyway.
@@ -173,7 +182,10 @@ class Store:
             async with self.write() as session:
                 yield session
             return
-        async with in_transaction(self._urgent_alone if urgent else self._alone) as session:
+        sessions, kept = (
+            (self._urgent_alone, self._kept_urgent) if urgent else (self._alone, self._kept)
+        )
+        async with in_transaction(sessions) if kept is None else on_kept(sessions, kept) as session:
             yield session
 
     @asynccontextmanager
@@ -249,6 +261,10 @@ class Store:
         """A session for reads: autocommit statements (on SQLite never blocking
         writers); several statements are not one snapshot. `heavy`: reads that
         may scan much (reports), kept off the event loop's thread on SQLite."""
+        if not heavy and self._kept is not None:  # PostgreSQL
+            async with on_kept(self._reader, self._kept) as session:
+                yield session
+            return
         if not heavy:
             reader = await self._direct_reader() if self._reads_on_loop else None
             if reader is None:
@@ -285,6 +301,9 @@ class Store:
     async def dispose(self) -> None:
         await self._release_writer()
         await self._release_reader()
+        for kept in (self._kept, self._kept_urgent):
+            if kept is not None:
+                await kept.close()
         await self.engine.dispose()
         if self.urgent_engine is not self.engine:
             await self.urgent_engine.dispose()
@@ -351,10 +370,6 @@ def _private_sqlite_file(database: str | None) -> None:
 
 _FRESH = "switchboard_fresh"
 _RETURNED = "switchboard_returned"
-
-PING_IDLE_S = 2.0
-"""A pooled PostgreSQL connection idle longer than this is pinged when taken
-from the pool; one used more recently is only checked for having been closed."""
 
 
 def _ping_on_checkout(engine: AsyncEngine) -> None:

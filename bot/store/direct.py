@@ -272,6 +272,9 @@ WRITE = "switchboard.direct.write"
 READ = "switchboard.direct.read"
 """The key of a read session's connection for the driver path in its `info`
 (`bot.store.sessions.in_direct_read`)."""
+KEPT = "switchboard.direct.kept"
+"""The key of a session's `bot.store.kept.Slot` in its `info`: PostgreSQL's
+connection for the driver path (`bot.store.sessions.on_kept`)."""
 
 
 class Write:

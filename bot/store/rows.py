@@ -29,6 +29,7 @@ from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import asyncpg_driver, direct
+from bot.store.kept import Slot
 
 
 async def execute(
@@ -55,7 +56,7 @@ async def execute(
     driver = direct.driver_of(connection, statement, params)
     info = session.sync_session.info
     if driver is None:
-        if connection is info.get(direct.READ):  # it takes the driver path's only
+        if _kept_for_driver(info, connection):  # it takes the driver path's only
             connection = await _own_connection(session)
         await flush_deferred(session)
         return await connection.execute(statement, params)
@@ -158,7 +159,19 @@ async def _connection(session: AsyncSession) -> AsyncConnection:
     reader = info.get(direct.READ)
     if reader is not None:  # SQLite's reads on the loop
         return reader  # type: ignore[no-any-return]
+    slot: Slot | None = info.get(direct.KEPT)
+    if slot is not None:  # PostgreSQL's sessions of single statements
+        return await slot.connection()
     return await _own_connection(session)
+
+
+def _kept_for_driver(info: dict[str, Any], connection: AsyncConnection) -> bool:
+    """Whether `connection` is one kept for the driver path's statements
+    (`in_direct_read`, `on_kept`): others run on the session's own."""
+    if connection is info.get(direct.READ):
+        return True
+    slot: Slot | None = info.get(direct.KEPT)
+    return slot is not None and connection is slot.held
 
 
 async def _own_connection(session: AsyncSession) -> AsyncConnection:

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionma
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import direct
+from bot.store.kept import Kept, Slot
 from bot.store.rows import flush_deferred
 
 log = logging.getLogger("switchboard.store")
@@ -131,6 +132,36 @@ async def in_direct_read(
             sync.close()
         raise
     await _put_back(sessions, session)
+
+
+@asynccontextmanager
+async def on_kept(sessions: Sessions, kept: Kept) -> AsyncIterator[AsyncSession]:
+    """PostgreSQL's sessions of single statements (reads, `write_one`), in
+    autocommit: the statements run through `bot.store.rows` that the driver
+    path takes go to a connection of `kept`, taken at the first of them and
+    put back on exit (`bot.store.kept`); what runs through the Session (the
+    ORM, or a statement the driver path does not take) uses the Session's own
+    connection from the pool, given back on exit. Writes kept back
+    (`execute`'s `wait=False`) go out before the exit, as `in_transaction`
+    sends them before its commit."""
+    session = sessions.take()
+    sync = session.sync_session
+    slot = Slot(kept)
+    sync.info[direct.KEPT] = slot
+    try:
+        yield session
+        await flush_deferred(session)
+        if sync.in_transaction() or sync.new or sync.deleted or sync.dirty:
+            await session.commit()
+    except BaseException as error:
+        if sync.in_transaction():
+            await _abandon(session)
+        else:
+            sync.close()
+        await slot.end(error)
+        raise
+    await _put_back(sessions, session)
+    await slot.end(None)
 
 
 async def _abandon(session: AsyncSession) -> None:
