@@ -40,18 +40,15 @@ from bot.pipeline.control import Batch, Ticket
 from bot.pipeline.delivery import Delivery, Ended
 from bot.pipeline.early_lease import Early, EarlyLeases
 from bot.pipeline.hand_back import hand_back
-from bot.pipeline.intake import CONVERSATION_LEASE, Taken, with_event_id
+from bot.pipeline.intake import Taken, with_event_id
 from bot.pipeline.runner import INTERNAL_ERROR_REPLY, Runner
 from bot.pipeline.services import Services
+from bot.pipeline.take_lease import take_conversation
 from bot.ports import Adapter, ChannelMark, CommandInfo, Leadership
 from bot.store.leases import Held
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
-
-WAKEUP_LEASE_TRIES = 60
-"""A wakeup waits up to ~30 s for its conversation's run on another instance."""
-
 
 class Pipeline:
     def __init__(self, services: Services) -> None:
@@ -302,8 +299,8 @@ class Pipeline:
             await slot.take()
         # One run per conversation across instances: the conversation's lease
         # (and, for a message, what others left for it, in the same transaction).
-        held, pending, created = await self._take_conversation(
-            conversation.key, user.id, first.source
+        held, pending, created = await take_conversation(
+            self.s, self._early, conversation.key, user.id, first.source
         )
         if held is None:
             if first.source == "user":
@@ -333,31 +330,6 @@ class Pipeline:
         finally:
             if held is not None:
                 await asyncio.shield(self._pass_on(conversation.key, held, ended))
-
-    async def _take_conversation(
-        self, key: str, user_id: int, source: str
-    ) -> tuple[Held | None, list[Taken], bool]:
-        """The conversation's lease. A message gives up at once (it waits in the
-        inbox instead) and, once the lease is ours, takes the messages other
-        instances left for the conversation in the same transaction; a wakeup,
-        which has no inbox row, waits a while for the lease. Last: whether the
-        transaction that took the lease created the conversation too."""
-        early = await self._early.take(key)
-        if early is not None:  # taken with a message at intake
-            return early.held, list(early.waiting), early.created
-        name = CONVERSATION_LEASE + key
-        if source == "user":
-            async with self.s.store.write() as session:
-                held = await self.s.leases.acquire(name, user_id=user_id, session=session)
-                if held is None:
-                    return None, [], False
-                return held, await self.s.inbox.claim_pending(key, session=session), False
-        for attempt in range(WAKEUP_LEASE_TRIES):
-            held = await self.s.leases.acquire(name, user_id=user_id)
-            if held is not None or attempt == WAKEUP_LEASE_TRIES - 1:
-                return held, [], False
-            await asyncio.sleep(0.5)
-        return None, [], False
 
     async def _defer(self, batch: Batch, key: str) -> Outcome:
         """Another instance runs this conversation: leave the batch's messages in

@@ -1,0 +1,41 @@
+"""Before a run: the conversation's lease (one run per conversation across
+instances) and, for a message, what other instances left waiting for it.
+`bot.pipeline.hand_back` is the other end."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.pipeline.early_lease import EarlyLeases
+from bot.pipeline.intake import CONVERSATION_LEASE, Taken
+from bot.pipeline.services import Services
+from bot.store.leases import Held
+
+WAKEUP_LEASE_TRIES = 60
+"""A wakeup waits up to ~30 s for its conversation's run on another instance."""
+
+
+async def take_conversation(
+    s: Services, early_leases: EarlyLeases, key: str, user_id: int, source: str
+) -> tuple[Held | None, list[Taken], bool]:
+    """The conversation's lease. A message gives up at once (it waits in the
+    inbox instead) and, once the lease is ours, takes the messages other
+    instances left for the conversation in the same transaction; a wakeup,
+    which has no inbox row, waits a while for the lease. Last: whether the
+    transaction that took the lease created the conversation too."""
+    early = await early_leases.take(key)
+    if early is not None:  # taken with a message at intake
+        return early.held, list(early.waiting), early.created
+    name = CONVERSATION_LEASE + key
+    if source == "user":
+        async with s.store.write() as session:
+            held = await s.leases.acquire(name, user_id=user_id, session=session)
+            if held is None:
+                return None, [], False
+            return held, await s.inbox.claim_pending(key, session=session), False
+    for attempt in range(WAKEUP_LEASE_TRIES):
+        held = await s.leases.acquire(name, user_id=user_id)
+        if held is not None or attempt == WAKEUP_LEASE_TRIES - 1:
+            return held, [], False
+        await asyncio.sleep(0.5)
+    return None, [], False
