@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Index, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Index, LargeBinary, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 from bot.store.columns import UTCDateTime
@@ -214,6 +214,15 @@ class InboxItem(SQLModel, table=True):
         UniqueConstraint("platform", "event_id"),
         Index("ix_inbox_state_lease_expires_at", "state", "lease_expires_at"),
         Index("ix_inbox_conversation_key_id", "conversation_key", "id"),
+        # The messages waiting for a conversation (`Inbox.claim_pending`), and
+        # only them: a claim does not scan a backlog, a running row costs nothing.
+        Index(
+            "ix_inbox_pending_conversation_key",
+            "conversation_key",
+            "state",  # so that SQLite, which has no statistics, prefers it
+            sqlite_where=text("state = 'pending'"),
+            postgresql_where=text("state = 'pending'"),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)
