@@ -128,3 +128,17 @@ async def test_in_order_when_the_sender_is_not_yet_known_here(make_app, fake_ant
     await asyncio.gather(first, second)
 
     assert adapter.texts[-1] == "re: three"  # "two" first, or both together
+
+
+async def test_a_message_cancelled_before_its_run_does_not_hold_up_the_next(
+    make_app, fake_anthropic
+):
+    """Shutdown's drain cancels what is in flight: the line moves on."""
+    app, adapter = await start(make_app, fake_anthropic)
+    first = await accepted(app, message("the file", event_id="e1", attachments=(NOTES,)))
+    await adapter.asked.wait()
+    second = await accepted(app, message("and then this", event_id="e2"))
+    first.cancel()
+    assert (await second).status == "answered"
+    assert first.cancelled()
+    assert asked_texts(fake_anthropic)[1:] == [["and then this"]]
