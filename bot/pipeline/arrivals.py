@@ -47,14 +47,10 @@ class Arrivals:
         """`place` queued for its run, or ended before: the next may go on.
         Call it right before queueing (nothing awaited in between), so the
         next message queues after it."""
-        line = self._lines.get(place.key)
-        if line is None or place.done.done():
+        if place.done.done():  # left already
             return
         place.done.set_result(None)
+        line = self._lines[place.key]
         line.remove(place)
         if not line:
             del self._lines[place.key]
-
-    def waiting(self, key: str) -> bool:
-        """A message of `key` is on its way here and has not queued yet."""
-        return key in self._lines

@@ -50,6 +50,7 @@ from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
 
+
 class Pipeline:
     def __init__(self, services: Services) -> None:
         self.s = services

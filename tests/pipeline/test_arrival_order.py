@@ -67,9 +67,7 @@ async def accepted(app, msg: IncomingMessage) -> asyncio.Task:  # type: ignore[n
     return task
 
 
-async def test_a_later_message_does_not_overtake_one_still_getting_ready(
-    make_app, fake_anthropic
-):
+async def test_a_later_message_does_not_overtake_one_still_getting_ready(make_app, fake_anthropic):
     app, adapter = await start(make_app, fake_anthropic)
     first = await accepted(app, message("the file", event_id="e1", attachments=(NOTES,)))
     await adapter.asked.wait()  # its file is downloading
