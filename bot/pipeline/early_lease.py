@@ -32,6 +32,7 @@ from bot.accounts.identity import Also, Identity
 from bot.conversations import RECORD_WIDTH, Conversations, created
 from bot.pipeline.control import RunControl
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Joined, Taken, WithMessage, taken
+from bot.pipeline.waiting import take_with_waiting
 from bot.store.leases import Held, Leases
 from bot.store.rows import Write, execute
 from bot.types import IncomingMessage
@@ -112,12 +113,10 @@ class EarlyLeases:
                 write, took = self._joint(attempt)
                 took(list((await execute(session, *write)).all()))
                 return
-            name = CONVERSATION_LEASE + attempt.key
-            held = await self._leases.acquire(name, user_id=attempt.user_id, session=session)
-            waiting: tuple[Taken, ...] = ()
-            if held is not None:
-                waiting = tuple(await self._inbox.claim_pending(attempt.key, session=session))
-            attempt.took = Early(held, waiting)
+            held, waiting = await take_with_waiting(
+                session, self._leases, self._inbox, attempt.key, attempt.user_id
+            )
+            attempt.took = Early(held, tuple(waiting))
 
         return take
 

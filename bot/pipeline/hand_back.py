@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from bot.pipeline.delivery import Ended
 from bot.pipeline.intake import Taken, taken
 from bot.pipeline.services import Services
+from bot.pipeline.waiting import free_with_waiting
 from bot.store.leases import Held
 from bot.store.rows import Write, combined, execute
 
@@ -33,9 +34,12 @@ async def hand_back(s: Services, key: str, held: Held, ended: Sequence[Ended]) -
     wanted = not s.control.queued(key)
     if s.store.is_sqlite:
         async with s.store.write() as session:
-            for statement, params in writes:
+            for statement, params in writes[:-1]:
                 await execute(session, statement, params, wait=False)
-            return await s.inbox.claim_pending(key, session=session) if wanted else []
+            if wanted:
+                return await free_with_waiting(session, s.leases, s.inbox, key, held)
+            await execute(session, *writes[-1], wait=False)
+            return []
     claim = s.inbox.claiming(key) if wanted else None
     main, others = (claim, writes) if claim is not None else (writes[-1], writes[:-1])
     statement, params = combined(main, others)

@@ -9,6 +9,7 @@ import asyncio
 from bot.pipeline.early_lease import EarlyLeases
 from bot.pipeline.intake import CONVERSATION_LEASE, Taken
 from bot.pipeline.services import Services
+from bot.pipeline.waiting import take_with_waiting
 from bot.store.leases import Held
 
 WAKEUP_LEASE_TRIES = 60
@@ -26,13 +27,11 @@ async def take_conversation(
     early = await early_leases.take(key)
     if early is not None:  # taken with a message at intake
         return early.held, list(early.waiting), early.created
-    name = CONVERSATION_LEASE + key
     if source == "user":
         async with s.store.write() as session:
-            held = await s.leases.acquire(name, user_id=user_id, session=session)
-            if held is None:
-                return None, [], False
-            return held, await s.inbox.claim_pending(key, session=session), False
+            held, waiting = await take_with_waiting(session, s.leases, s.inbox, key, user_id)
+            return held, waiting, False
+    name = CONVERSATION_LEASE + key
     for attempt in range(WAKEUP_LEASE_TRIES):
         held = await s.leases.acquire(name, user_id=user_id)
         if held is not None or attempt == WAKEUP_LEASE_TRIES - 1:

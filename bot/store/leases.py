@@ -50,6 +50,7 @@ class Leases:
         self.owner = owner
         self.lease = timedelta(seconds=lease_seconds)
         self._acquire: Any = None
+        self._also: dict[int, tuple[Any, Any, Any]] = {}
 
     async def acquire(
         self,
@@ -79,10 +80,12 @@ class Leases:
         seconds: float | None = None,
         user_id: int | None = None,
         run_id: str | None = None,
+        also: Any = None,
     ) -> tuple[Write, Held]:
         """`acquire`'s statement and parameters, for a caller's combined write
-        (it returns the lease's token when taken, no row when not), and the
-        lease it takes then."""
+        (it returns the lease's token when taken, no row when not; and `also`,
+        a column expression, after it when given), and the lease it takes
+        then."""
         now = utcnow()
         expires = now + (self.lease if seconds is None else timedelta(seconds=seconds))
         token = secrets.token_hex(8)
@@ -95,9 +98,25 @@ class Leases:
             "l_run_id": run_id,
             "l_now": now,
         }
+        if also is not None:
+            return (self._returning(also)[0], params), Held(name, token)
         if self._acquire is None:
             self._acquire = _acquire_statement(self._store.dialect)
         return (self._acquire, params), Held(name, token)
+
+    def _returning(self, also: Any) -> tuple[Any, Any]:
+        """The upsert and the release returning `also` too, built once for it
+        (afresh: `returning()` on a statement already compiled keeps its
+        memoized columns, without the new one)."""
+        known = self._also.get(id(also))
+        if known is None or known[0] is not also:
+            known = (
+                also,
+                _acquire_statement(self._store.dialect, also),
+                _release_statement().returning(also),
+            )
+            self._also[id(also)] = known
+        return known[1], known[2]
 
     async def release(self, held: Held) -> None:
         """Free `held`, in a transaction of its own (after a run,
@@ -105,9 +124,12 @@ class Leases:
         async with self._store.write() as session:
             await execute(session, *self.releasing(held))
 
-    def releasing(self, held: Held) -> Write:
-        """`release`'s statement and parameters, for a caller's combined write."""
-        return _RELEASE, {"l_name": held.name, "l_token": held.token}
+    def releasing(self, held: Held, also: Any = None) -> Write:
+        """`release`'s statement and parameters, for a caller's combined write;
+        with `also`, it returns that column expression (no row: the lease was
+        no longer `held`)."""
+        statement = _RELEASE if also is None else self._returning(also)[1]
+        return statement, {"l_name": held.name, "l_token": held.token}
 
     async def renew(self) -> list[str]:
         """Extend this instance's leases; returns the ones asked to stop."""
@@ -171,7 +193,7 @@ def _info(row: Lease) -> LeaseInfo:
     )
 
 
-def _acquire_statement(dialect: str) -> Any:
+def _acquire_statement(dialect: str, also: Any = None) -> Any:
     """The upsert of `acquire`, built once (with bind parameters): insert the
     lease, or take it over when it is ours or expired; RETURNING says whether."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
@@ -191,9 +213,13 @@ def _acquire_statement(dialect: str) -> Any:
         set_={k: base.excluded[k] for k in values if k != "name"},
         where=(col(Lease.owner) == bindparam("l_owner"))
         | (col(Lease.expires_at) < bindparam("l_now")),
-    ).returning(col(Lease.token))
+    ).returning(col(Lease.token), *(() if also is None else (also,)))
 
 
-_RELEASE = delete(Lease).where(
-    col(Lease.name) == bindparam("l_name"), col(Lease.token) == bindparam("l_token")
-)
+def _release_statement() -> Any:
+    return delete(Lease).where(
+        col(Lease.name) == bindparam("l_name"), col(Lease.token) == bindparam("l_token")
+    )
+
+
+_RELEASE = _release_statement()

@@ -357,6 +357,24 @@ async def test_a_returning_message_takes_three_write_transactions(make_app, fake
     assert states == ["sent", "sent"] and leases == []
 
 
+async def test_when_nothing_waits_for_the_conversation_no_claim_is_run(make_app, fake_anthropic):
+    """Taking the conversation's lease at intake and freeing it after the run
+    each ask, in the same statement, whether messages wait for it: with none
+    waiting, no claim of the inbox's waiting messages runs (the messages
+    another instance leaves are taken: `test_early_lease`, `test_hand_back`)."""
+    app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
+    if not app.store.is_sqlite:
+        pytest.skip("PostgreSQL joins the claim to the lease's statements")
+    await app.pipeline.handle(message("hi"))
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("again"))).status == "answered"
+    claims = [s for s in seen if s.startswith("UPDATE inbox SET state=") and "RETURNING" in s]
+    lease = [s for s in seen if s.startswith(("INSERT INTO leases", "DELETE FROM leases"))]
+    assert claims == [] and len(lease) == 2
+    assert all("EXISTS (SELECT" in s for s in lease)
+    assert len([s for s in seen if not s.startswith(("BEGIN", "COMMIT"))]) == 12
+
+
 async def test_when_the_closing_transaction_fails_the_delivery_is_still_recorded(
     make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
 ):
