@@ -36,7 +36,7 @@ from bot.ports import ToolContext
 from bot.store import Store
 from bot.store.leases import Leases
 from bot.store.models import ConversationSummary
-from bot.store.rows import insert_rows
+from bot.store.rows import insert_rows, new_row
 
 log = logging.getLogger("switchboard.compaction")
 
@@ -197,30 +197,28 @@ class Compactor:
     ) -> None:
         tokens = sum(s.usage.total for s in result.spans)
         async with self._store.write() as session:
-            session.add(
-                ConversationSummary(
-                    conversation_id=conversation.id,
-                    up_to_message_id=result.up_to_message_id,
-                    summary=text,
-                    kind=result.kind,
-                    messages=result.messages,
-                    run_id=run_id,
-                    model=self._summarizer.model,
-                    error=result.error,
-                )
+            summary = new_row(
+                ConversationSummary,
+                conversation_id=conversation.id,
+                up_to_message_id=result.up_to_message_id,
+                summary=text,
+                kind=result.kind,
+                messages=result.messages,
+                run_id=run_id,
+                model=self._summarizer.model,
+                error=result.error,
             )
-            await insert_rows(session, span_rows(run_id, result.spans))
-            await insert_rows(
-                session,
-                token_logs(
-                    [s for s in result.spans if s.kind != "tool"],
-                    run_id=run_id,
-                    user_id=user.id,
-                    conversation_id=conversation.id,
-                    platform=conversation.platform,
-                    purpose="compaction",
-                    prices=self._settings.llm.prices,
-                ),
+            await insert_rows(session, [summary], wait=False)
+            await insert_rows(session, span_rows(run_id, result.spans), wait=False)
+            logs = token_logs(
+                [s for s in result.spans if s.kind != "tool"],
+                run_id=run_id,
+                user_id=user.id,
+                conversation_id=conversation.id,
+                platform=conversation.platform,
+                purpose="compaction",
+                prices=self._settings.llm.prices,
             )
+            await insert_rows(session, logs, wait=False)
             if tokens:
                 await self._budgets.charge(session, user.id, user.role, tokens)
