@@ -41,6 +41,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import StartupError
 from bot.store import direct, sqlite_driver
+from bot.store.checkpoints import Checkpoints
 from bot.store.diagnose import explain, missing_tables
 from bot.store.kept import PING_IDLE_S, Kept
 from bot.store.pool import KeepingPool
@@ -106,9 +107,13 @@ class Store:
             )
         self._reads_on_loop = False
         """SQLite with statements on the loop: reads use `_held_reader`"""
+        self._checkpoints: Checkpoints | None = None
+        """SQLite with statements on the loop: the WAL's checkpoints"""
         if self.dialect == "sqlite":
             on_loop = self._reads_on_loop = sqlite_on_loop and "async_creator" in pool
-            _tune_sqlite(self.engine, busy_timeout_ms, on_loop)
+            if on_loop:
+                self._checkpoints = Checkpoints(str(self.url.database))
+            _tune_sqlite(self.engine, busy_timeout_ms, self._checkpoints)
         else:
             for engine in {self.engine, self.urgent_engine}:
                 _ping_on_checkout(engine)
@@ -307,6 +312,8 @@ class Store:
         await self.engine.dispose()
         if self.urgent_engine is not self.engine:
             await self.urgent_engine.dispose()
+        if self._checkpoints is not None:
+            await self._checkpoints.close()
 
 
 def _driver_of(held: AsyncConnection | None) -> sqlite_driver.Connection | None:
@@ -415,8 +422,11 @@ def _ping_on_checkout(engine: AsyncEngine) -> None:
             raise InvalidatePoolError(f"{type(exc).__name__} on checkout") from exc
 
 
-def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int, on_loop: bool) -> None:
-    checkpoints = sqlite_driver.Checkpoints() if on_loop else None
+def _tune_sqlite(
+    engine: AsyncEngine, busy_timeout_ms: int, checkpoints: Checkpoints | None
+) -> None:
+    """SQLite's settings on each new connection; with `checkpoints`, its
+    statements run on the event loop (`bot.store.sqlite_driver`)."""
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:

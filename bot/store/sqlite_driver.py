@@ -23,8 +23,10 @@ kept off it: SQLite's busy_timeout is 0 there, and a statement that finds the
 database locked (another process writing; this process's writers queue on a
 lock before they begin) runs again on the worker thread, which waits for the
 lock as long as the busy timeout says; the automatic WAL checkpoint (which
-syncs the files) is off, and a PASSIVE one is queued on a worker thread every
-so many commits (`Checkpoints`); reads that may scan much ask for the worker
+syncs the files) is off, and a PASSIVE one runs every so many commits on a
+connection and thread of its own, or, when those never find the WAL quiet
+enough to restart it, on this connection's worker thread, after its
+statements (`bot.store.checkpoints`); reads that may scan much ask for the worker
 (`off_the_loop`). A connection with work queued on its worker thread (after a
 cancelled wait, say) sends its next calls there, in order, until one answers.
 Everything else is aiosqlite's.
@@ -49,6 +51,8 @@ from typing import Any, ClassVar
 
 import aiosqlite
 from aiosqlite.context import Result
+
+from bot.store.checkpoints import Checkpoints
 
 log = logging.getLogger("switchboard.store")
 
@@ -126,23 +130,6 @@ class Cursor(aiosqlite.Cursor):
         self._cursor.close()
 
 
-class Checkpoints:
-    """When a database's WAL is copied back into it: every `every` commits made
-    on the event loop's thread (where SQLite's own automatic checkpoint, which
-    syncs the files, would stall the loop), on a connection's worker thread."""
-
-    def __init__(self, every: int = 64) -> None:
-        self.every = every
-        self._commits = 0
-
-    def due(self) -> bool:
-        self._commits += 1
-        if self._commits < self.every:
-            return False
-        self._commits = 0
-        return True
-
-
 _off_the_loop: ContextVar[bool] = ContextVar("sqlite_off_the_loop", default=False)
 
 
@@ -177,7 +164,7 @@ class Connection(aiosqlite.Connection):
     never waits on a lock. Set once the connection is set up (`bot.store.db`)."""
     checkpoints: Checkpoints | None = None
     """with `patience_ms`: SQLite's automatic checkpoint is off, and these
-    say when this side runs one, on the worker thread"""
+    count this side's commits and say when it runs one (on the worker thread)"""
     _begin: str | None = None
     """a BEGIN to send with the next statement (`begin_with_next`)"""
     _queued = False
@@ -336,7 +323,7 @@ class Connection(aiosqlite.Connection):
         # Nothing to do without a transaction (reads, pool resets): no hop.
         if self._queued or self._conn.in_transaction:
             await self.hop(self._commit)
-            if self.checkpoints is not None and self.checkpoints.due():
+            if self.checkpoints is not None and self.checkpoints.committed():
                 self._queued = True
                 self._tx.put_nowait((None, self._checkpoint))
 
@@ -346,7 +333,8 @@ class Connection(aiosqlite.Connection):
 
     def _checkpoint(self) -> None:
         """(Worker thread) Copy what readers no longer need from the WAL into
-        the database, without waiting for anyone (PASSIVE)."""
+        the database, without waiting for anyone (PASSIVE), between this
+        connection's writes: the next one restarts the WAL."""
         try:
             self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as error:

@@ -1,12 +1,13 @@
 """SQLite statements on the event loop's thread (`sqlite_driver.Connection.patience_ms`):
 they run there, but nothing that waits does: a locked database is waited for on
-the connection's worker thread, checkpoints run there, heavy reads can ask for
+the connection's worker thread, checkpoints on a thread of their own, heavy reads can ask for
 it, and a cancelled wait sends the connection's next calls after it. Commits
 made on the loop survive the process being killed."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sqlite3
@@ -22,7 +23,8 @@ from sqlalchemy import event, func, insert, text
 from sqlalchemy.exc import OperationalError
 from sqlmodel import select
 
-from bot.store import Store, sqlite_driver
+from bot.store import Store, checkpoints, sqlite_driver
+from bot.store.checkpoints import Checkpoints
 from bot.store.models import User
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,9 +157,14 @@ async def test_a_cancelled_wait_for_the_lock_writes_nothing_and_the_connection_r
     assert await _names(store) == ["after", "again"]
 
 
-async def test_commits_on_the_loop_checkpoint_the_wal_on_a_worker(tmp_path: Path):
+async def test_commits_on_the_loop_checkpoint_the_wal_and_it_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """SQLite's automatic checkpoint is off on the loop; ours runs every so
-    many commits, so the WAL is reused instead of growing with every commit."""
+    many commits (on the side; on the writer's connection once the WAL is past
+    `MOST_FRAMES`, here lowered), so the WAL is reused instead of growing with
+    every commit."""
+    monkeypatch.setattr(checkpoints, "MOST_FRAMES", 32)
 
     async def wal_size_after_commits(name: str, checkpoints: bool) -> int:
         store = _store(tmp_path / name)
@@ -181,6 +188,51 @@ async def test_commits_on_the_loop_checkpoint_the_wal_on_a_worker(tmp_path: Path
     with_ours = await wal_size_after_commits("ours.db", True)
     without = await wal_size_after_commits("none.db", False)
     assert with_ours * 3 < without, (with_ours, without)
+
+
+async def test_a_checkpoint_never_holds_up_the_statements_after_it(store: Store):
+    """The checkpoint (it syncs the files: milliseconds) runs on a connection
+    and a thread of its own: every write after one was asked for still runs on
+    the loop at once, none queued behind it on the writer's worker thread. The
+    thread goes with the store."""
+    loop_thread = threading.get_ident()
+    threads = {await _thread_of_a_write(store, f"w{i}") for i in range(200)}
+    assert threads == {loop_thread}  # past three checkpoints (one per 64 commits)
+    assert "sqlite-checkpoint" in {thread.name for thread in threading.enumerate()}
+    await store.dispose()
+    assert "sqlite-checkpoint" not in {thread.name for thread in threading.enumerate()}
+
+
+async def test_a_checkpoint_that_fails_is_logged_and_the_next_one_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    checkpoints = Checkpoints(str(tmp_path / "gone" / "x.db"), every=2)
+    caplog.set_level(logging.WARNING, "switchboard.store")
+
+    async def failures(at_least: int) -> int:
+        for _ in range(500):  # a deadline for a thread that hangs, not a timing
+            count = sum("store.checkpoint_failed" in r.getMessage() for r in caplog.records)
+            if count >= at_least:
+                return count
+            await asyncio.sleep(0.01)
+        return count
+
+    try:
+        checkpoints.committed()
+        assert await failures(1) == 0  # one commit: not yet
+        checkpoints.committed()
+        assert await failures(1) == 1  # cannot open the file: logged, not raised
+        (tmp_path / "gone").mkdir()
+        sqlite3.connect(tmp_path / "gone" / "x.db").execute("PRAGMA journal_mode = WAL")
+        checkpoints.request()
+        for _ in range(500):
+            if checkpoints.done:
+                break
+            await asyncio.sleep(0.01)
+        assert checkpoints.done == 1
+    finally:
+        await checkpoints.close()
+    assert "sqlite-checkpoint" not in {thread.name for thread in threading.enumerate()}
 
 
 def test_commits_made_on_the_loop_survive_a_kill(tmp_path: Path):
