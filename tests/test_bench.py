@@ -47,7 +47,12 @@ def after(out: str, heading: str, pattern: str) -> re.Match[str]:
 def test_every_mode_runs_on_sqlite_and_postgresql_with_its_floor() -> None:
     out = run_bench("tests.benchmarks.pipeline", "--messages", "40", "--conversations", "30")
     for where in ("SQLite", "PostgreSQL"):
-        for heading in (f"sequential ({where}): 40 messages", f"new users ({where}): 40 first"):
+        headings = (
+            f"sequential ({where}): 40 messages",
+            f"returning after a pause ({where}): 40 messages",
+            f"new users ({where}): 40 first",
+        )
+        for heading in headings:
             assert float(after(out, heading, r"throughput\s+([\d.]+)")[1]) > 0
             assert after(out, heading, r"latency p50\s+[\d.]+ ms\s+\(floor [\d.]+ ms: [\d.]+×\)")
             # the service and the floor measured in turns: a CPU ratio per window
@@ -57,6 +62,9 @@ def test_every_mode_runs_on_sqlite_and_postgresql_with_its_floor() -> None:
             assert float(after(out, heading, r"statements\s+([\d.]+)")[1]) >= 2
             writes = after(out, heading, r"commits\s+[\d.]+ per message, ([\d.]+) of them")
             assert float(writes[1]) >= 2
+        # after a pause each message reads what was cached again
+        statements = [float(after(out, h, r"statements\s+([\d.]+)")[1]) for h in headings[:2]]
+        assert statements[1] > statements[0], statements
         heading = f"concurrent ({where}): 30 conversations"
         bursts = re.findall(
             r"wall time\s+[\d.]+ s\s+\((\d+) answered, (\d+) sent\)\s+\(floor [\d.]+ s: "

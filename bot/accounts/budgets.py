@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, ColumnElement, bindparam, case, update
+from sqlalchemy import BigInteger, ColumnElement, bindparam, case, select, update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -136,21 +136,21 @@ class Budgets:
     async def status(
         self, user_id: int, role: Role, session: AsyncSession | None = None
     ) -> BudgetStatus:
+        params = {"s_user_id": user_id}
         if session is None:
             async with self._store.read() as own:
-                row = await own.get(Budget, user_id)
+                row = (await execute(own, _STATUS, params)).first()
         else:
-            row = await session.get(Budget, user_id)
+            row = (await execute(session, _STATUS, params)).first()
         if row is None:
             self._remember(user_id, "role", None)
             return BudgetStatus(current_period(), self.role_allowance(role), 0, 0, 0, "role")
-        self._remember(user_id, row.limit_mode, row.limit_tokens)
-        allowance = self._allowance(row.limit_mode, row.limit_tokens, role)
-        if row.period != current_period():  # a new month: nothing used yet
-            return BudgetStatus(current_period(), allowance, 0, 0, 0, row.limit_mode)
-        return BudgetStatus(
-            row.period, allowance, row.granted, row.used, row.overage, row.limit_mode
-        )
+        period, limit_mode, limit_tokens, granted, used, overage = row
+        self._remember(user_id, limit_mode, limit_tokens)
+        allowance = self._allowance(limit_mode, limit_tokens, role)
+        if period != current_period():  # a new month: nothing used yet
+            return BudgetStatus(current_period(), allowance, 0, 0, 0, limit_mode)
+        return BudgetStatus(period, allowance, granted, used, overage, limit_mode)
 
     async def check(self, user: UserRecord, session: AsyncSession | None = None) -> BudgetStatus:
         """Raise `BudgetExceeded` when the user has no tokens left this period.
@@ -375,3 +375,14 @@ def _charge_statement() -> Any:
 
 
 _CHARGE = _charge_statement()
+
+_STATUS = select(
+    col(Budget.period),
+    col(Budget.limit_mode),
+    col(Budget.limit_tokens),
+    col(Budget.granted),
+    col(Budget.used),
+    col(Budget.overage),
+).where(col(Budget.user_id) == bindparam("s_user_id"))
+"""What `status` reads of a user's budget row, built once: a Core statement
+(the driver path on SQLite and PostgreSQL), no ORM object."""

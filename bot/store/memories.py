@@ -19,11 +19,12 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import exists, func, text
+from sqlalchemy import bindparam, exists, func, text
 from sqlmodel import col, select
 
 from bot.store import Store
 from bot.store.models import Memory
+from bot.store.rows import execute
 
 MAX_MEMORY_CHARS = 2000
 MAX_QUERY_TERMS = 16
@@ -37,6 +38,10 @@ STOPWORDS = frozenset(re.findall(r"\w+", _STOPWORDS))
 NO_MEMORIES_TTL_S = 10.0
 """How long "this user has no memories" is trusted without asking the database."""
 CACHE_LIMIT = 10_000
+
+
+_ANY = select(exists().where(col(Memory.user_id) == bindparam("m_user_id")))
+"""Whether a user has memories, built once (a Core statement: the driver path)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +154,7 @@ class MemoryStore:
         if self._none_lately(user_id):
             return False
         async with self._store.read() as session:
-            found = bool(
-                (await session.exec(select(exists().where(col(Memory.user_id) == user_id)))).one()
-            )
+            found = bool((await execute(session, _ANY, {"m_user_id": user_id})).scalar())
         if found:
             self._known_some(user_id)
         else:

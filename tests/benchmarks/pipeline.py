@@ -13,6 +13,11 @@ and the floor are open side by side and measured in turns, four windows of
 each (a shared machine's speed drifts more between two windows than by the
 difference measured), with the CPU ratio of each pair of windows printed.
 
+Mode "paused": the same, but every message comes from a user back after a
+pause: the user record, budget limit and "has no memories" cached for that
+user taken as expired (people mostly answer after longer than those caches
+are trusted, 10-30 s), so each message reads them again.
+
 Mode "newusers": the same, but every message is the first message of a new
 user in a new conversation (user, platform link, budget and conversation are
 created on the way); prints the same figures.
@@ -32,7 +37,7 @@ Every mode opens the app and then settles the heap as `switchboard run` does
 full passes), so that the figures are the service's.
 
     python -m tests.benchmarks.pipeline [--messages 2000] [--conversations 1000]
-        [--database-url URL] [--mode sequential|newusers|concurrent|both]
+        [--database-url URL] [--mode sequential|paused|newusers|concurrent|both]
 
 Without --database-url, every mode runs on SQLite and then, when
 SWITCHBOARD_TEST_POSTGRES_URL is set, on PostgreSQL (a fresh schema; the floor
@@ -44,22 +49,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import resource
 import secrets
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot.accounts import budgets, identity
 from bot.app import App
 from bot.cli.run import settle_heap
 from bot.config import Secrets, Settings
 from bot.llm.types import LLMRequest, LLMResponse, TextBlock
 from bot.ports import TextCallback
+from bot.store import memories
 from bot.types import IncomingMessage, Reply, Target, Usage
 from tests.benchmarks.counting import SqlCounter, socket_writes
 from tests.benchmarks.floors import (
@@ -189,15 +197,22 @@ def _versus(value: float, floor: float | None, unit: str) -> str:
 
 
 async def sequential(
-    url: str, n: int, conversations: int, new_users: bool = False, schema: str | None = None
+    url: str,
+    n: int,
+    conversations: int,
+    new_users: bool = False,
+    schema: str | None = None,
+    paused: bool = False,
 ) -> None:
     """The service and its floor open side by side, measured in `ROUNDS`
     alternating windows of n / ROUNDS messages each, so that the machine's
     slow spells fall on both."""
     app, adapter, _ = await open_app(url, 0.0, schema)
+    # "new": conversation i, a new user each time; each mode its own event ids
+    mode = "new" if new_users else "pause" if paused else "seq"
+    warm = "neww" if new_users else mode  # new users: none of those timed
     for i in range(50):  # warm up: create users and conversations, fill caches
-        await app.pipeline.handle(msg(-i - 1, i % conversations))
-    mode = "new" if new_users else "seq"  # "new": conversation i, a new user each time
+        await app.pipeline.handle(msg(-i - 1, i % conversations, warm))
 
     async def handle(i: int) -> object:
         return await app.pipeline.handle(msg(i, i if new_users else i % conversations, mode))
@@ -216,10 +231,13 @@ async def sequential(
         if floor_one is not None and not sqlite:
             trips = await floor_round_trips(floor_one, n)
     await app.close()
-    counter = await count_statements(url, n, conversations, new_users, schema)
+    counter = await count_statements(url, n, conversations, new_users, schema, "c" + mode)
     where = "SQLite" if sqlite else "PostgreSQL"
     if new_users:
         print(f"new users ({where}): {n} first messages, each from a new user", end="")
+    elif paused:
+        print(f"returning after a pause ({where}): {n} messages over {conversations}", end="")
+        print(" conversations, every cached record expired", end="")
     else:
         print(f"sequential ({where}): {n} messages over {conversations} conversations", end="")
     print(f", {ROUNDS} windows in turns with the floor's" if ratios else "")
@@ -247,15 +265,15 @@ async def sequential(
 
 
 async def count_statements(
-    url: str, n: int, conversations: int, new_users: bool, schema: str | None
+    url: str, n: int, conversations: int, new_users: bool, schema: str | None, mode: str
 ) -> SqlCounter:
     """`sequential`'s messages again, in conversations of their own, untimed,
     with their statements counted (a listener called per statement costs time
     the service never spends)."""
     app, _, _ = await open_app(url, 0.0, schema)
-    mode = "cnew" if new_users else "cseq"
+    warm = mode + "w" if new_users else mode  # new users: none of those counted
     for i in range(50):
-        await app.pipeline.handle(msg(-i - 1, i % conversations, mode))
+        await app.pipeline.handle(msg(-i - 1, i % conversations, warm))
     counter = SqlCounter({app.store.engine, app.store.urgent_engine})
     with socket_writes() as writes:
         for i in range(n):
@@ -357,6 +375,25 @@ async def concurrent(url: str, conversations: int, schema: str | None = None) ->
     print(f"  peak RSS     {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")
 
 
+@contextlib.contextmanager
+def expired_caches() -> Iterator[None]:
+    """Every cached user record, budget limit and "has no memories" taken as
+    expired: each message as if its user came back after longer than those
+    caches are trusted (30 s, 10 s), as people mostly do in a chat."""
+    saved = (identity.CACHE_TTL_S, budgets.LIMIT_CACHE_TTL_S, memories.NO_MEMORIES_TTL_S)
+    identity.CACHE_TTL_S = budgets.LIMIT_CACHE_TTL_S = memories.NO_MEMORIES_TTL_S = 0.0
+    try:
+        yield
+    finally:
+        identity.CACHE_TTL_S, budgets.LIMIT_CACHE_TTL_S, memories.NO_MEMORIES_TTL_S = saved
+
+
+async def paused(url: str, n: int, conversations: int, schema: str | None = None) -> None:
+    """`sequential`, each message from a user back after a pause (`expired_caches`)."""
+    with expired_caches():
+        await sequential(url, n, conversations, schema=schema, paused=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000)
@@ -369,7 +406,9 @@ def main() -> None:
     )
     parser.add_argument("--database-url", help="default: a fresh SQLite file")
     parser.add_argument(
-        "--mode", choices=["sequential", "newusers", "concurrent", "both"], default="both"
+        "--mode",
+        choices=["sequential", "paused", "newusers", "concurrent", "both"],
+        default="both",
     )
     args = parser.parse_args()
     both = args.mode == "both"
@@ -377,6 +416,9 @@ def main() -> None:
         if args.mode == "sequential" or both:
             url = args.database_url or f"sqlite+aiosqlite:///{Path(tmp) / 'seq.db'}"
             asyncio.run(sequential(url, args.messages, args.spread))
+        if args.mode == "paused" or both:
+            url = args.database_url or f"sqlite+aiosqlite:///{Path(tmp) / 'paused.db'}"
+            asyncio.run(paused(url, args.messages, args.spread))
         if args.mode == "newusers" or both:
             url = args.database_url or f"sqlite+aiosqlite:///{Path(tmp) / 'new.db'}"
             asyncio.run(sequential(url, args.messages, 50, new_users=True))
@@ -394,6 +436,10 @@ def main() -> None:
             on_postgres(
                 lambda url, schema: sequential(url, args.messages, args.spread, False, schema)
             )
+        )
+    if args.mode == "paused" or both:
+        asyncio.run(
+            on_postgres(lambda url, schema: paused(url, args.messages, args.spread, schema))
         )
     if args.mode == "newusers" or both:
         asyncio.run(
