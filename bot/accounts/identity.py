@@ -93,6 +93,14 @@ class Identity:
             msg.platform, msg.platform_user_id, msg.user_display_name, msg.user_username
         )
 
+    def last_id(self, msg: IncomingMessage) -> int | None:
+        """The user id the sender's account had when last resolved here, however
+        long ago (None: not seen lately): a hint for what is written before the
+        account is read again and corrected after if it changed since (the
+        conversation's lease taken at intake)."""
+        cached = self._cache.get((msg.platform, msg.platform_user_id))
+        return None if cached is None else cached[1].id
+
     def _fresh(
         self,
         platform: str,

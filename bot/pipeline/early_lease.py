@@ -50,6 +50,9 @@ class Early:
     created: bool = False
     """the same transaction created the conversation: its first run has nothing
     to read of it (`Conversations.created_state`)"""
+    user_id: int | None = None
+    """whom the lease says it runs for: the sender's user id as last known here
+    (the run corrects it when the account changed since, `take_conversation`)"""
 
 
 NOTHING = Early(None)
@@ -80,11 +83,12 @@ class EarlyLeases:
     def at_intake(self, msg: IncomingMessage) -> Attempt | None:
         """The attempt for a message (not a command) to take its
         conversation's lease in the inbox's transaction: a returning user's
-        message to a conversation not being worked on here; else None."""
-        user = self._identity.known(msg)
-        if msg.source != "user" or user is None or self._control.busy(msg.conversation_key):
+        message (the sender seen here lately, their record perhaps no longer
+        fresh) to a conversation not being worked on here; else None."""
+        user_id = self._identity.last_id(msg)  # seen lately: a returning user
+        if msg.source != "user" or user_id is None or self._control.busy(msg.conversation_key):
             return None
-        return self.attempt(msg.conversation_key, user.id)
+        return self.attempt(msg.conversation_key, user_id)
 
     def attempt(self, key: str, user_id: int) -> Attempt | None:
         """Claim the right to take `key`'s lease at intake; None when a message
@@ -116,7 +120,7 @@ class EarlyLeases:
             held, waiting = await take_with_waiting(
                 session, self._leases, self._inbox, attempt.key, attempt.user_id
             )
-            attempt.took = Early(held, tuple(waiting))
+            attempt.took = Early(held, tuple(waiting), user_id=attempt.user_id)
 
         return take
 
@@ -132,7 +136,7 @@ class EarlyLeases:
         def took(rows: list[Any]) -> None:
             if rows:  # the lease was taken; a row per message claimed (none: NULLs)
                 claimed = taken(row[1:] for row in rows if row[1] is not None)
-                attempt.took = Early(held, tuple(claimed))
+                attempt.took = Early(held, tuple(claimed), user_id=attempt.user_id)
 
         return lease_then_claim(lease, self._inbox.claiming(attempt.key), first), took
 

@@ -26,6 +26,9 @@ async def take_conversation(
     transaction that took the lease created the conversation too."""
     early = await early_leases.take(key)
     if early is not None:  # taken with a message at intake
+        if early.held is not None and early.user_id not in (None, user_id):
+            # the sender's account changed since it was last seen here (merged)
+            await s.leases.relabel(early.held, user_id)
         return early.held, list(early.waiting), early.created
     if source == "user":
         async with s.store.write() as session:

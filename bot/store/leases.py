@@ -131,6 +131,12 @@ class Leases:
         statement = _RELEASE if also is None else self._returning(also)[1]
         return statement, {"l_name": held.name, "l_token": held.token}
 
+    async def relabel(self, held: Held, user_id: int) -> None:
+        """Record `user_id` as the one `held` runs for (who may stop it)."""
+        async with self._store.write() as session:
+            params = {"l_name": held.name, "l_token": held.token, "l_user_id": user_id}
+            await execute(session, _RELABEL, params)
+
     async def renew(self) -> list[str]:
         """Extend this instance's leases; returns the ones asked to stop."""
         async with self._store.write_urgent() as session:
@@ -223,3 +229,8 @@ def _release_statement() -> Any:
 
 
 _RELEASE = _release_statement()
+_RELABEL = (
+    update(Lease)
+    .where(col(Lease.name) == bindparam("l_name"), col(Lease.token) == bindparam("l_token"))
+    .values(user_id=bindparam("l_user_id"))
+)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 
 import pytest
 from sqlalchemy import text
@@ -250,3 +251,35 @@ async def test_on_postgres_the_message_its_lease_and_the_claim_are_one_statement
     async with app.store.read() as s:
         assert set((await s.exec(select(InboxItem.state))).all()) == {"answered"}
     assert await leases_held(app) == []
+
+
+async def test_a_returning_users_lease_says_whom_the_run_answers_even_if_the_account_changed(
+    make_app, fake_anthropic
+):
+    """A user seen here before, their record no longer fresh, has the lease
+    taken with the message (the user id as last known here); when the account
+    changed since (merged on another instance, say: here a stale cached id),
+    the run corrects whom the lease says it runs for before answering, which
+    decides who may /stop it from another instance."""
+    app = await open_app(make_app)
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    identity = app.pipeline.s.identity
+    [(key, (_, record, username))] = identity._cache.items()
+    stale = dataclasses.replace(record, id=record.id + 1000)
+    identity._cache[key] = (0.0, stale, username)  # long ago, and another id
+    release = threading.Event()
+    fake_anthropic.script(text_reply("answered", hold=release))
+    with statements(app) as seen:
+        run = asyncio.create_task(app.pipeline.handle(message("again")))
+        try:
+            await fake_anthropic.wait_for_requests(2)  # the run is under way
+            [lease] = await leases_held(app)
+            assert lease.user_id == record.id
+        finally:
+            release.set()
+        assert (await run).status == "answered"
+    assert await leases_held(app) == []
+    # taken with the message, before the account was read again
+    took = next(i for i, sql in enumerate(seen) if "INSERT INTO leases" in sql)
+    read = next(i for i, sql in enumerate(seen) if "FROM users" in sql)
+    assert took < read, seen[: read + 1]
