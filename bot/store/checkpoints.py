@@ -50,7 +50,9 @@ class Checkpoints:
         self._long = False
         """the last side checkpoint found the WAL past `MOST_FRAMES`"""
         self._wanted = threading.Event()
-        self._stop: threading.Event | None = None
+        """set to wake the side thread (each thread has its own: one still
+        finishing after `close` must not take a later thread's wake-up)"""
+        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def committed(self) -> bool:
@@ -72,9 +74,12 @@ class Checkpoints:
         """Ask for a side checkpoint, without waiting for it (the thread starts
         with the first request, and again after `close`)."""
         if self._thread is None:
-            self._stop = threading.Event()
+            self._wanted, self._stop = threading.Event(), threading.Event()
             self._thread = threading.Thread(
-                target=self._run, args=(self._stop,), name="sqlite-checkpoint", daemon=True
+                target=self._run,
+                args=(self._wanted, self._stop),
+                name="sqlite-checkpoint",
+                daemon=True,
             )
             self._thread.start()
         self._wanted.set()
@@ -82,20 +87,20 @@ class Checkpoints:
     async def close(self) -> None:
         """Stop the side thread once the checkpoint it runs (if any) is done,
         and close its connection."""
-        thread, stop = self._thread, self._stop
-        if thread is None or stop is None:
+        thread, wanted, stop = self._thread, self._wanted, self._stop
+        if thread is None:
             return
-        self._thread = self._stop = None
+        self._thread = None
         stop.set()
-        self._wanted.set()
+        wanted.set()
         await asyncio.to_thread(thread.join)
 
-    def _run(self, stop: threading.Event) -> None:
+    def _run(self, wanted: threading.Event, stop: threading.Event) -> None:
         connection: sqlite3.Connection | None = None
         try:
-            while True:
-                self._wanted.wait()
-                self._wanted.clear()
+            while not stop.is_set():
+                wanted.wait()
+                wanted.clear()
                 if stop.is_set():
                     return
                 try:

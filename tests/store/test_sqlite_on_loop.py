@@ -235,6 +235,24 @@ async def test_a_checkpoint_that_fails_is_logged_and_the_next_one_runs(
     assert "sqlite-checkpoint" not in {thread.name for thread in threading.enumerate()}
 
 
+async def test_checkpoints_asked_for_while_closing_leave_no_thread_behind(tmp_path: Path):
+    """A commit may ask for a checkpoint while the store closes: a new side
+    thread starts, and the one closing still ends (each has its own wake-up;
+    shared, the new one could take the wake-up the closing one waits for)."""
+    path = tmp_path / "closing.db"
+    sqlite3.connect(path).execute("PRAGMA journal_mode = WAL")
+    checkpoints = Checkpoints(str(path))
+    for _ in range(30):
+        checkpoints.request()
+        closing = asyncio.create_task(checkpoints.close())
+        await asyncio.sleep(0)  # close() has told its thread to stop
+        checkpoints.request()  # a new thread, while the old one may be checkpointing
+        checkpoints.request()
+        await asyncio.wait_for(closing, 30)  # a deadline for a hang, not a timing
+    await asyncio.wait_for(checkpoints.close(), 30)
+    assert "sqlite-checkpoint" not in {thread.name for thread in threading.enumerate()}
+
+
 def test_commits_made_on_the_loop_survive_a_kill(tmp_path: Path):
     """A process writing one row per transaction is killed mid-stream: every
     row whose commit returned is there, none twice, and the database opens."""
