@@ -5,12 +5,15 @@ instances) and, for a message, what other instances left waiting for it.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from bot.pipeline.early_lease import EarlyLeases
 from bot.pipeline.intake import CONVERSATION_LEASE, Taken
 from bot.pipeline.services import Services
 from bot.pipeline.waiting import take_with_waiting
 from bot.store.leases import Held
+
+log = logging.getLogger("switchboard.pipeline")
 
 WAKEUP_LEASE_TRIES = 60
 """A wakeup waits up to ~30 s for its conversation's run on another instance."""
@@ -28,7 +31,10 @@ async def take_conversation(
     if early is not None:  # taken with a message at intake
         if early.held is not None and early.user_id not in (None, user_id):
             # the sender's account changed since it was last seen here (merged)
-            await s.leases.relabel(early.held, user_id)
+            try:
+                await s.leases.relabel(early.held, user_id)
+            except Exception as exc:  # the lease still guards the run: go on
+                log.warning("lease.relabel_failed lease=%s: %s", early.held.name, exc)
         return early.held, list(early.waiting), early.created
     if source == "user":
         async with s.store.write() as session:

@@ -283,3 +283,23 @@ async def test_a_returning_users_lease_says_whom_the_run_answers_even_if_the_acc
     took = next(i for i, sql in enumerate(seen) if "INSERT INTO leases" in sql)
     read = next(i for i, sql in enumerate(seen) if "FROM users" in sql)
     assert took < read, seen[: read + 1]
+
+
+async def test_a_lease_that_cannot_be_relabelled_still_answers_and_is_freed(
+    make_app, fake_anthropic, caplog
+):
+    """The correction of whom the lease names fails (the database is away for
+    it): the run goes on under the lease it holds, logs it, and frees it."""
+    app = await open_app(make_app)
+    assert (await app.pipeline.handle(message("hi"))).status == "answered"
+    identity = app.pipeline.s.identity
+    [(key, (_, record, username))] = identity._cache.items()
+    identity._cache[key] = (0.0, dataclasses.replace(record, id=record.id + 1000), username)
+
+    async def unavailable(*_args: object) -> None:
+        raise DBAPIError("UPDATE leases", None, Exception("database is away"))
+
+    app.pipeline.s.leases.relabel = unavailable
+    assert (await app.pipeline.handle(message("again"))).status == "answered"
+    assert "lease.relabel_failed" in caplog.text
+    assert await leases_held(app) == []
