@@ -60,15 +60,31 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, secrets: Secrets
         await app.close(settings.inbox.drain_seconds)
 
 
+YOUNG_OBJECTS = 20_000
+"""Allocations between two passes over the youngest generation (Python's
+default: 700), and `OLDER_EVERY` of those passes between two over the next.
+With the defaults, a burst of 1,000 messages (each holding its prompt, history
+and task while its model call is out) ran ~50 middle and 4-5 full passes
+(60-95 ms each, every one a stall of the event loop); with these, none of
+either during the burst: the loop's longest stall 65-80 -> 17-20 ms, the
+collector's CPU in the burst ~300 -> ~70 ms. A sequential message costs the
+same either way, and memory grows by at most the young objects awaiting a
+pass."""
+
+OLDER_EVERY = 20
+
+
 def settle_heap(*, collect: bool) -> None:
     """What startup loaded (modules, settings, the app) lives as long as the
     process: take it out of the garbage collector's full passes, whose pauses
     stall the event loop longer the bigger the heap they scan (hundreds of ms
-    under a burst of messages). `collect`: free startup garbage first, before
-    anything is served."""
+    under a burst of messages), and collect the young generations less often
+    (`YOUNG_OBJECTS`). `collect`: free startup garbage first, before anything
+    is served."""
     if collect:
         gc.collect()
     gc.freeze()
+    gc.set_threshold(YOUNG_OBJECTS, OLDER_EVERY, gc.get_threshold()[2])
 
 
 async def _wait_for_stop() -> None:

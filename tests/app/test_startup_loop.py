@@ -33,3 +33,28 @@ def test_startup_objects_leave_the_collectors_full_passes() -> None:
         assert gc.get_freeze_count() >= before + len(kept)
     finally:
         gc.unfreeze()  # the test process goes on collecting as before
+
+
+def test_a_burst_of_live_objects_runs_no_pass_over_the_older_generations() -> None:
+    """Objects a burst of messages keeps alive while their model calls are out
+    make the collector pass over the young generation only, not the older
+    ones (each such pass a stall of the event loop that grows with the heap)."""
+    saved = gc.get_threshold()
+    passes: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    try:
+        settle_heap(collect=True)
+        gc.callbacks.append(seen)
+        alive = [[i] for i in range(200_000)]  # a burst's messages, alive meanwhile
+        gc.callbacks.remove(seen)
+    finally:
+        if seen in gc.callbacks:
+            gc.callbacks.remove(seen)
+        gc.set_threshold(*saved)
+        gc.unfreeze()
+    assert len(alive) == 200_000
+    assert passes and set(passes) == {0}, passes
