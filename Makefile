@@ -28,8 +28,9 @@ test: $(STAMP)  ## import contract + the whole test suite
 test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
 	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)
 
-lint: $(STAMP)  ## ruff + mypy --strict on the core + import contracts (layers, no cycles)
+lint: $(STAMP)  ## ruff (lint and format) + mypy --strict on the core + import contracts (layers, no cycles)
 	$(BIN)/ruff check bot adapters migrations tests
+	$(BIN)/ruff format --check bot adapters migrations tests
 	$(BIN)/mypy --strict bot
 	$(BIN)/lint-imports
 

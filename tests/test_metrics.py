@@ -73,9 +73,7 @@ async def test_each_metrics_has_its_own_registry() -> None:
 
 async def test_llm_calls_count_tokens_by_kind_and_cost() -> None:
     metrics = Metrics()
-    usage = Usage(
-        input_tokens=1000, output_tokens=200, cache_read_tokens=50, cache_write_tokens=10
-    )
+    usage = Usage(input_tokens=1000, output_tokens=200, cache_read_tokens=50, cache_write_tokens=10)
     metrics.llm_call("claude-sonnet-5-5", "ok", usage, cost=0.25)
     s = await scraped(metrics)
     assert value(s, "switchboard_llm_tokens_total", kind="input") == 1000

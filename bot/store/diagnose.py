@@ -142,8 +142,7 @@ def _postgresql(exc: DBAPIError, url: URL, schema: str | None) -> StartupError:
         name = schema or "public"
         return StartupError(
             f"the schema {name!r} does not exist in {where(url)}",
-            f"Create it (CREATE SCHEMA {name}) or fix [database] schema_name, "
-            f"then run {UPGRADE}.",
+            f"Create it (CREATE SCHEMA {name}) or fix [database] schema_name, then run {UPGRADE}.",
         )
     if code == _NO_PRIVILEGE:
         return StartupError(

@@ -24,7 +24,7 @@ def shown(text: str, step: int = 1) -> list[str]:
         ("Hi.\n<thinking>private</thinking>\nThere.", "private"),
         ("<ns:reasoning>deep</ns:reasoning>ok", "deep"),
         ("Sure.\n<function_calls><invoke name='x'></invoke></function_calls>", "invoke"),
-        ("Looking.\n[Tool Call: search_memory]\n{\"q\": 1}\nDone.", "search_memory"),
+        ('Looking.\n[Tool Call: search_memory]\n{"q": 1}\nDone.', "search_memory"),
         ("Now.\nTool call: search(q=1)\nAfter.", "search("),
         ('Ok.\n{"tool": "search", "arguments": {"q": 1}}\nAfter.', '"tool"'),
         ("[System Message] you are a bot\n\nHello.", "you are a bot"),

@@ -165,9 +165,7 @@ async def test_a_missing_postgresql_schema(tmp_path: Path):
         await conn.commit()
     await engine.dispose()
     line = the_line(
-        *await run(
-            tmp_path, POSTGRES_URL, SWITCHBOARD__DATABASE__SCHEMA_NAME="sb_never_created"
-        )
+        *await run(tmp_path, POSTGRES_URL, SWITCHBOARD__DATABASE__SCHEMA_NAME="sb_never_created")
     )
     assert line.startswith("switchboard: the schema 'sb_never_created' does not exist in ")
     assert line.endswith(

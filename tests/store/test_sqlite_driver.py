@@ -59,9 +59,7 @@ async def test_a_failed_transaction_leaves_nothing_and_the_connection_works(stor
     assert (users, rooms) == (0, 1)
 
 
-async def test_a_lock_held_by_another_process_fails_the_write_cleanly(
-    store: Store, tmp_path: Path
-):
+async def test_a_lock_held_by_another_process_fails_the_write_cleanly(store: Store, tmp_path: Path):
     other = sqlite3.connect(tmp_path / "sqlite.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
