@@ -32,7 +32,7 @@ from sqlalchemy import BigInteger, ColumnElement, bindparam, case, select, updat
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.accounts.identity import UserRecord, current_period
+from bot.accounts.identity import AccountRead, UserRecord, current_period
 from bot.config import BudgetSettings
 from bot.errors import BudgetExceeded
 from bot.store import Store
@@ -116,6 +116,12 @@ class Budgets:
         """A user created here has the budget row `Identity` wrote: its role's
         allowance (cached like a read of it)."""
         self._remember(user_id, "role", None)
+
+    def account_read(self, read: AccountRead) -> None:
+        """The user's limit as read with their account (`Identity`'s
+        `on_read`): cached like a read of the budget row (no row: the role's
+        allowance, as `status` takes it)."""
+        self._remember(read.user_id, read.limit_mode or "role", read.limit_tokens)
 
     def _remember(self, user_id: int, mode: str, tokens: int | None) -> None:
         if len(self._limits) >= CACHE_LIMIT:

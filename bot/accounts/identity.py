@@ -19,7 +19,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
-from bot.store.models import Budget, PlatformLink, User
+from bot.store.models import Budget, Memory, PlatformLink, User
 from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row
 from bot.types import IncomingMessage, Role, utcnow
 
@@ -58,9 +58,25 @@ def current_period() -> str:
     return f"{now.year:04d}-{now.month:02d}"
 
 
+@dataclass(frozen=True, slots=True)
+class AccountRead:
+    """What the account's read brings along of the user's other rows, for
+    their caches (`Identity`'s `on_read`)."""
+
+    user_id: int
+    limit_mode: str | None
+    """The budget row's limit mode (None: the user has no budget row)."""
+    limit_tokens: int | None
+    has_memories: bool
+
+
 class Identity:
     def __init__(
-        self, store: Store, owners: Iterable[str], on_created: Iterable[Callable[[int], None]] = ()
+        self,
+        store: Store,
+        owners: Iterable[str],
+        on_created: Iterable[Callable[[int], None]] = (),
+        on_read: Iterable[Callable[[AccountRead], None]] = (),
     ) -> None:
         self._store = store
         self._owners = frozenset(owners)
@@ -68,6 +84,11 @@ class Identity:
         self._on_created = tuple(on_created)
         """Told each new user's id: what a user created here has is known
         (a budget of its role's allowance, no memories), no need to read it."""
+        self._on_read = tuple(on_read)
+        """Told, each time an existing account is read (someone not seen
+        lately), its budget's limit and whether the user has memories, read in
+        the same statement: the budget check and the memory search that follow
+        need no read of their own."""
 
     def forget(self, user_id: int | None = None) -> None:
         """Drop cached accounts (of one user, or all) after a change to them."""
@@ -147,7 +168,11 @@ class Identity:
         also: Also | None = None,
     ) -> UserRecord:
         found, ids = await self._find_or_ids(platform, platform_user_id)
-        if found is None:
+        if found is not None:
+            read = AccountRead(found.user_id, found.limit_mode, found.limit_tokens, found.memories)
+            for tell in self._on_read:
+                tell(read)
+        else:
             try:
                 found = await self._create(
                     platform, platform_user_id, display_name, username, also, ids
@@ -195,8 +220,8 @@ class Identity:
         async with self._store.read() as session:
             row = (await execute(session, _FIND_OR_IDS, params)).one()
         if row[0] is not None:
-            return _Account(*row[:6]), None
-        return None, (int(row[6]), int(row[7]))
+            return _Account(*row[:_COLUMNS]), None
+        return None, (int(row[_COLUMNS]), int(row[_COLUMNS + 1]))
 
     async def _create(
         self,
@@ -246,7 +271,9 @@ class Identity:
         )
         for tell in self._on_created:
             tell(user_id)
-        return _Account(user_id, role.value, display_name, link_id, display_name, username)
+        return _Account(
+            user_id, role.value, display_name, link_id, display_name, username, "role", None, False
+        )
 
     async def _refresh(
         self,
@@ -310,7 +337,12 @@ class _Account(NamedTuple):
     link_id: int
     link_display_name: str | None
     username: str | None
+    limit_mode: str | None
+    limit_tokens: int | None
+    memories: bool
 
+
+_COLUMNS = len(_Account._fields)
 
 _FIND = (
     sqlalchemy.select(
@@ -320,15 +352,20 @@ _FIND = (
         col(PlatformLink.id),
         col(PlatformLink.display_name),
         col(PlatformLink.username),
+        col(Budget.limit_mode),
+        col(Budget.limit_tokens),
+        exists().where(col(Memory.user_id) == col(User.id)).label("has_memories"),
     )
     .join(PlatformLink, col(PlatformLink.user_id) == col(User.id))
+    .outerjoin(Budget, col(Budget.user_id) == col(User.id))
     .where(
         col(PlatformLink.platform) == bindparam("a_platform"),
         col(PlatformLink.platform_user_id) == bindparam("a_user"),
     )
 )
 """An account's user and link (`_find`), built once: it runs for every message
-of someone not seen lately, a new user's first one included."""
+of someone not seen lately, a new user's first one included. The user's budget
+limit and whether they have memories ride along (`AccountRead`)."""
 
 
 def _find_or_ids_statement() -> Any:

@@ -176,6 +176,10 @@ class App:
             self.store,
             self.settings.admin.owners,
             on_created=(budgets.user_created, memories.user_created),
+            on_read=(
+                budgets.account_read,
+                lambda read: memories.presence_read(read.user_id, read.has_memories),
+            ),
         )
         extras = build_extras(
             self.settings,

@@ -155,16 +155,22 @@ class MemoryStore:
             return False
         async with self._store.read() as session:
             found = bool((await execute(session, _ANY, {"m_user_id": user_id})).scalar())
-        if found:
-            self._known_some(user_id)
-        else:
-            self._known_none(user_id)
+        self.presence_read(user_id, found)
         return found
 
     def _none_lately(self, user_id: int) -> bool:
         """The user had no memories when last looked (within the TTL)."""
         since = self._none_since.get(user_id)
         return since is not None and time.monotonic() - since < NO_MEMORIES_TTL_S
+
+    def presence_read(self, user_id: int, has_any: bool) -> None:
+        """Whether the user has memories, as read elsewhere (with their account):
+        cached like `_any`'s answer. "Some" known here stays (memories are never
+        deleted; one saved here after that read began counts)."""
+        if has_any:
+            self._known_some(user_id)
+        elif user_id not in self._some:
+            self._known_none(user_id)
 
     def user_created(self, user_id: int) -> None:
         """A user just created here has no memories (cached like a read of it)."""

@@ -15,8 +15,9 @@ difference measured), with the CPU ratio of each pair of windows printed.
 
 Mode "paused": the same, but every message comes from a user back after a
 pause: the user record, budget limit and "has no memories" cached for that
-user taken as expired (people mostly answer after longer than those caches
-are trusted, 10-30 s), so each message reads them again.
+user aged past their TTLs before the message (people mostly answer after
+longer than those caches are trusted, 10-30 s), so each message reads what it
+needs of them again.
 
 Mode "newusers": the same, but every message is the first message of a new
 user in a new conversation (user, platform link, budget and conversation are
@@ -49,25 +50,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import resource
 import secrets
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bot.accounts import budgets, identity
+from bot.accounts.budgets import LIMIT_CACHE_TTL_S
+from bot.accounts.identity import CACHE_TTL_S
 from bot.app import App
 from bot.cli.run import settle_heap
 from bot.config import Secrets, Settings
 from bot.llm.types import LLMRequest, LLMResponse, TextBlock
 from bot.ports import TextCallback
-from bot.store import memories
+from bot.store.memories import NO_MEMORIES_TTL_S
 from bot.types import IncomingMessage, Reply, Target, Usage
 from tests.benchmarks.counting import SqlCounter, socket_writes
 from tests.benchmarks.floors import (
@@ -215,7 +216,10 @@ async def sequential(
         await app.pipeline.handle(msg(-i - 1, i % conversations, warm))
 
     async def handle(i: int) -> object:
-        return await app.pipeline.handle(msg(i, i if new_users else i % conversations, mode))
+        message = msg(i, i if new_users else i % conversations, mode)
+        if paused:
+            back_after_a_pause(app, message)
+        return await app.pipeline.handle(message)
 
     service, floor, ratios, trips = Windows(), Windows(), [], None
     sqlite = url.startswith("sqlite")
@@ -231,7 +235,7 @@ async def sequential(
         if floor_one is not None and not sqlite:
             trips = await floor_round_trips(floor_one, n)
     await app.close()
-    counter = await count_statements(url, n, conversations, new_users, schema, "c" + mode)
+    counter = await count_statements(url, n, conversations, new_users, schema, "c" + mode, paused)
     where = "SQLite" if sqlite else "PostgreSQL"
     if new_users:
         print(f"new users ({where}): {n} first messages, each from a new user", end="")
@@ -265,7 +269,13 @@ async def sequential(
 
 
 async def count_statements(
-    url: str, n: int, conversations: int, new_users: bool, schema: str | None, mode: str
+    url: str,
+    n: int,
+    conversations: int,
+    new_users: bool,
+    schema: str | None,
+    mode: str,
+    paused: bool = False,
 ) -> SqlCounter:
     """`sequential`'s messages again, in conversations of their own, untimed,
     with their statements counted (a listener called per statement costs time
@@ -277,7 +287,10 @@ async def count_statements(
     counter = SqlCounter({app.store.engine, app.store.urgent_engine})
     with socket_writes() as writes:
         for i in range(n):
-            await app.pipeline.handle(msg(i, i if new_users else i % conversations, mode))
+            message = msg(i, i if new_users else i % conversations, mode)
+            if paused:
+                back_after_a_pause(app, message)
+            await app.pipeline.handle(message)
     counter.round_trips = writes[0]
     await app.close()
     return counter
@@ -375,23 +388,34 @@ async def concurrent(url: str, conversations: int, schema: str | None = None) ->
     print(f"  peak RSS     {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:8.1f} MiB")
 
 
-@contextlib.contextmanager
-def expired_caches() -> Iterator[None]:
-    """Every cached user record, budget limit and "has no memories" taken as
-    expired: each message as if its user came back after longer than those
-    caches are trusted (30 s, 10 s), as people mostly do in a chat."""
-    saved = (identity.CACHE_TTL_S, budgets.LIMIT_CACHE_TTL_S, memories.NO_MEMORIES_TTL_S)
-    identity.CACHE_TTL_S = budgets.LIMIT_CACHE_TTL_S = memories.NO_MEMORIES_TTL_S = 0.0
-    try:
-        yield
-    finally:
-        identity.CACHE_TTL_S, budgets.LIMIT_CACHE_TTL_S, memories.NO_MEMORIES_TTL_S = saved
+PAUSE_S = 100 * max(CACHE_TTL_S, LIMIT_CACHE_TTL_S, NO_MEMORIES_TTL_S)
+"""How long ago, for the caches, a paused user's records were read."""
+
+
+def back_after_a_pause(app: App, message: IncomingMessage) -> None:
+    """The sender's cached user record, budget limit and "has no memories"
+    aged by `PAUSE_S`, as if they came back after longer than those caches are
+    trusted (30 s, 10 s), as people mostly do in a chat. What the message reads
+    again is cached as usual for the rest of its handling. O(1) per message: it
+    runs inside the timed window."""
+    s = app.pipeline.s
+    key = (message.platform, message.platform_user_id)
+    cached = s.identity._cache.get(key)
+    if cached is None:
+        return
+    at, record, username = cached
+    s.identity._cache[key] = (at - PAUSE_S, record, username)
+    limit = s.budgets._limits.get(record.id)
+    if limit is not None:
+        s.budgets._limits[record.id] = (limit[0] - PAUSE_S, *limit[1:])
+    none_since = s.memories._none_since.get(record.id)
+    if none_since is not None:
+        s.memories._none_since[record.id] = none_since - PAUSE_S
 
 
 async def paused(url: str, n: int, conversations: int, schema: str | None = None) -> None:
-    """`sequential`, each message from a user back after a pause (`expired_caches`)."""
-    with expired_caches():
-        await sequential(url, n, conversations, schema=schema, paused=True)
+    """`sequential`, each message from a user back after a pause (`back_after_a_pause`)."""
+    await sequential(url, n, conversations, schema=schema, paused=True)
 
 
 def main() -> None:
