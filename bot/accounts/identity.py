@@ -169,7 +169,9 @@ class Identity:
     ) -> UserRecord:
         found, ids = await self._find_or_ids(platform, platform_user_id)
         if found is not None:
-            read = AccountRead(found.user_id, found.limit_mode, found.limit_tokens, found.memories)
+            read = AccountRead(
+                found.user_id, found.limit_mode, found.limit_tokens, found.has_memories
+            )
             for tell in self._on_read:
                 tell(read)
         else:
@@ -339,7 +341,7 @@ class _Account(NamedTuple):
     username: str | None
     limit_mode: str | None
     limit_tokens: int | None
-    memories: bool
+    has_memories: bool
 
 
 _COLUMNS = len(_Account._fields)
