@@ -6,20 +6,12 @@ another instance still counts. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from bot.accounts.budgets import Budgets
 from bot.store.memories import MemoryStore
 from tests.benchmarks.pipeline import back_after_a_pause
-from tests.harness import RecordingAdapter, message
-from tests.pipeline.test_hot_path import account_reads, reading, statements
-
-
-async def open_app(make_app: Any, **sections: Any) -> tuple[Any, RecordingAdapter]:
-    app = await make_app(**sections)
-    adapter = RecordingAdapter()
-    app.attach(adapter)
-    return app, adapter
+from tests.harness import message
+from tests.pipeline.test_hot_path import account_reads, open_app, reading, statements
 
 
 async def test_a_user_back_after_a_pause_has_budget_and_memories_read_with_the_account(
@@ -60,3 +52,17 @@ async def test_a_memory_saved_elsewhere_during_the_pause_is_recalled_on_return(
     back_after_a_pause(app, message("again"))
     assert (await app.pipeline.handle(message("what about cheese"))).status == "answered"
     assert "Alice likes cheese" in json.dumps(fake_anthropic.last_request.body)
+
+
+async def test_memories_known_here_outlast_an_account_read_that_began_before_them(
+    make_app, fake_anthropic
+):
+    """The account's read started before a memory was saved here and says
+    none: what this process saved still counts (memories are never deleted)."""
+    app, _ = await open_app(make_app)
+    assert (await app.pipeline.handle(message("hello"))).status == "answered"
+    user = await app.pipeline.s.identity.resolve(message("x"))
+    here: MemoryStore = app.pipeline.s.memories
+    await here.save(user.id, "Alice likes cheese")
+    here.presence_read(user.id, False)  # the older read's answer arrives late
+    assert [m.text for m in await here.search(user.id, "cheese")] == ["Alice likes cheese"]
