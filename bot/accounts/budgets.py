@@ -16,8 +16,10 @@ Nothing can use up an unlimited budget, so `check` skips its read for a user
 whose limit (mode and tokens, with the role's allowance) is known to be
 unlimited: the limit read with the row is cached for `LIMIT_CACHE_TTL_S`. A
 change through this object (`set_limit`, `grant`, `reset`) drops it at once; a
-change made by another process (another instance, the CLI) counts within the
-TTL. (A role change comes with the user record, `bot.accounts.identity`.)
+change made by another process (another instance, the CLI) drops it too,
+before this process's next message (`bot.store.outside`); the TTL is the
+backstop should that news not arrive. (A role change comes with the user
+record, `bot.accounts.identity`.)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from bot.accounts.identity import AccountRead, UserRecord, current_period
 from bot.config import BudgetSettings
 from bot.errors import BudgetExceeded
 from bot.store import Store
+from bot.store.coordination import announce_account
 from bot.store.models import Budget
 from bot.store.rows import execute
 from bot.types import Role, utcnow
@@ -277,6 +280,7 @@ class Budgets:
     async def set_limit(self, user_id: int, mode: LimitMode, tokens: int | None = None) -> None:
         self.forget(user_id)
         async with self._store.write() as session:
+            await announce_account(session, self._store, user_id)
             await self._ensure_row(session, user_id)
             await session.exec(
                 update(Budget)
@@ -288,6 +292,7 @@ class Budgets:
     async def grant(self, user_id: int, tokens: int) -> None:
         self.forget(user_id)
         async with self._store.write() as session:
+            await announce_account(session, self._store, user_id)
             await self._ensure_row(session, user_id)
             await self._roll_period(session, user_id)
             await session.exec(
@@ -300,6 +305,7 @@ class Budgets:
     async def reset(self, user_id: int) -> None:
         self.forget(user_id)
         async with self._store.write() as session:
+            await announce_account(session, self._store, user_id)
             await self._ensure_row(session, user_id)
             await session.exec(
                 update(Budget)

@@ -23,6 +23,7 @@ from sqlmodel import col, select
 
 from bot.accounts.identity import Identity
 from bot.store import Store
+from bot.store.coordination import announce_account
 from bot.store.models import PlatformLink, User
 from bot.types import Role, utcnow
 
@@ -191,6 +192,7 @@ class Directory:
 
     async def set_role(self, user_id: int, role: Role) -> None:
         async with self._store.write() as session:
+            await announce_account(session, self._store, user_id)
             await session.exec(
                 update(User)
                 .where(col(User.id) == user_id)

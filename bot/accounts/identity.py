@@ -27,8 +27,10 @@ log = logging.getLogger("switchboard.identity")
 
 CACHE_TTL_S = 30.0
 """How long a resolved account is trusted without reading the database again.
-Changes made through this service take effect at once; changes made by another
-instance sharing the database take at most this long."""
+Changes made through this service take effect at once; so do changes made by
+another process sharing the database (the CLI, another instance), which this
+process hears of before its next message (`bot.store.outside`). The TTL is the
+backstop should that news not arrive (a PostgreSQL listener lost)."""
 CACHE_LIMIT = 10_000
 
 

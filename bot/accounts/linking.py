@@ -36,6 +36,7 @@ from bot.accounts.audit import Audit
 from bot.accounts.budgets import Budgets
 from bot.accounts.identity import Identity, UserRecord, current_period
 from bot.store import Store
+from bot.store.coordination import announce_account
 from bot.store.models import AuditEntry, Budget, LinkCode, User
 from bot.types import Role, utcnow
 
@@ -178,6 +179,8 @@ class Linking:
         if kept is None or dropped is None:
             raise LinkError("One of the accounts no longer exists.")
         role = max(Role(kept.role), Role(dropped.role), key=lambda r: r.rank)
+        for changed in (keep, drop):
+            await announce_account(session, self._store, changed)
         await self._merge_budget(session, keep, drop, role)
         for table in SQLModel.metadata.sorted_tables:
             if table.name == Budget.__tablename__:

@@ -34,7 +34,7 @@ from bot.agent.guard import Guard
 from bot.agent.loop import AgentLoop
 from bot.app.counted import CountedProvider
 from bot.app.health import DatabaseHealth
-from bot.app.wiring import build_extras
+from bot.app.wiring import build_extras, forget_changes_elsewhere
 from bot.commands.actions import action_commands
 from bot.commands.core import core_commands
 from bot.commands.registry import Commands, CommandSpec
@@ -181,6 +181,7 @@ class App:
                 lambda read: memories.presence_read(read.user_id, read.has_memories),
             ),
         )
+        forget_changes_elsewhere(self.store, coordination, (identity, budgets, memories))
         extras = build_extras(
             self.settings,
             self.store,

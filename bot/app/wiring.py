@@ -1,9 +1,12 @@
-"""Wiring of the scheduler, its tools, and the admin commands (used by `bot.app`)."""
+"""Wiring of the scheduler, its tools, the admin commands, and the news of
+accounts changed elsewhere for the caches (used by `bot.app`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 from bot.accounts.audit import Audit
 from bot.accounts.budgets import Budgets
@@ -24,6 +27,7 @@ from bot.scheduling.jobs import Jobs
 from bot.scheduling.scheduler import Scheduler
 from bot.scheduling.wakeups import Clock, Wakeups
 from bot.store import Store
+from bot.store.coordination import ACCOUNT, MISSED, Coordination
 from bot.store.leases import Leases
 from bot.tools.schedule import schedule_tools
 from bot.types import utcnow
@@ -75,3 +79,31 @@ def build_extras(
     )
     tools = schedule_tools(scheduler, config) if config.enabled else []
     return Extras(scheduler, tools, admin_commands(services), ops)
+
+
+class Forgetful(Protocol):
+    def forget(self, user_id: int | None = None) -> None: ...
+
+
+def forget_changes_elsewhere(
+    store: Store, coordination: Coordination, caches: Sequence[Forgetful]
+) -> None:
+    """What this process caches of accounts (`caches`) drops what another
+    process changed, before this process's next message reads it: on SQLite
+    everything, once the writer sees another process's commit
+    (`bot.store.outside`); on PostgreSQL the user's entries, when a notice
+    says their account changed (`bot.store.coordination.announce_account`)."""
+
+    def everything() -> None:
+        for cache in caches:
+            cache.forget()
+
+    def heard(kind: str, key: str) -> None:
+        if kind == ACCOUNT and key.isdigit():
+            for cache in caches:
+                cache.forget(int(key))
+        elif kind == MISSED:  # listening again: any account may have changed meanwhile
+            everything()
+
+    store.outside.watch(everything)
+    coordination.subscribe(heard)

@@ -36,7 +36,7 @@ from bot.pipeline.live import INTERRUPTED_NOTE, reply_target
 from bot.pipeline.outbox import Outbox
 from bot.pipeline.persist import Spool
 from bot.store import Store
-from bot.store.coordination import Coordination
+from bot.store.coordination import MISSED, Coordination
 from bot.store.instances import Instances
 from bot.store.leases import Leases
 from bot.types import IncomingMessage, Reply
@@ -111,6 +111,8 @@ class Housekeeper:
             self.poke()
         elif kind == "stop":
             self._stop(key)
+        elif kind == MISSED:  # listening again: what was sent meanwhile, the sweep finds
+            self.poke()
 
     def _stop(self, conversation_key: str) -> None:
         if self.pipeline.s.control.stop(conversation_key) is not None:

@@ -2,8 +2,14 @@
 
 - `notify` / `listen`: on PostgreSQL, `NOTIFY` on one channel ("switchboard"),
   received by every instance's `LISTEN` on a dedicated connection (payloads are
-  "<schema>|<kind>:<key>", so instances on other schemas ignore them). SQLite
-  has no notifications: callers fall back to polling (the recovery sweep).
+  "<schema>|<kind>:<key>", so instances on other schemas ignore them). That
+  connection, lost or never made, is tried again in the background; once it
+  listens again, callbacks hear `MISSED` (what was sent meanwhile is lost).
+  SQLite has no notifications: callers fall back to polling (the recovery
+  sweep).
+- `announce_account`: a user's account, role or budget changed; sent in the
+  change's own transaction (PostgreSQL), so every instance drops what it
+  cached of that user when it commits (SQLite: `bot.store.outside`).
 - `leadership(name)`: one holder across instances. On PostgreSQL, a session
   advisory lock held on its own connection: it is released the moment that
   process dies (its connection closes), so another instance takes over within
@@ -17,13 +23,16 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.db import Store
 from bot.store.leases import Held, Leases
+from bot.store.rows import execute
 
 log = logging.getLogger("switchboard.control")
 
@@ -32,6 +41,34 @@ POLL_S = 1.0
 """How often a waiting instance tries to become leader."""
 CHECK_S = 2.0
 """How often a leader checks that it still is."""
+LISTEN_RETRY_S = 0.5
+"""How soon a failed or lost listening connection is tried again (doubling)."""
+LISTEN_RETRY_MAX_S = 15.0
+LISTEN_FIRST_WAIT_S = 5.0
+MISSED = "missed"
+"""What listeners hear once listening again after a failure: notifications
+sent meanwhile never arrive (caches drop everything, the sweep runs)."""
+ACCOUNT = "account"
+"""A notification's kind: a user's account changed (its key: the user id)."""
+_NOTIFY = select(func.pg_notify(bindparam("channel"), bindparam("payload")))
+
+
+def _wake(event: asyncio.Event, _connection: object) -> None:
+    event.set()
+
+
+def _payload(schema: str | None, kind: str, key: str) -> str:
+    return f"{schema or ''}|{kind}:{key}"
+
+
+async def announce_account(session: AsyncSession, store: Store, user_id: int) -> None:
+    """Tell every instance, when `session`'s transaction commits, that the
+    account of `user_id` changed (role, budget, links), so that none goes on
+    trusting what it cached of it (PostgreSQL; on SQLite the writer sees
+    another process's commit itself, `bot.store.outside`)."""
+    if store.dialect == "postgresql":
+        params = {"channel": CHANNEL, "payload": _payload(store.schema, ACCOUNT, str(user_id))}
+        await execute(session, _NOTIFY, params)
 
 
 def lock_key(name: str) -> int:
@@ -141,6 +178,7 @@ class Coordination:
         self.schema = schema or ""
         self.owner = leases.owner
         self._listener: AsyncConnection | None = None
+        self._listening: asyncio.Task[None] | None = None
         self._callbacks: list[Callable[[str, str], None]] = []
         self._leaders: dict[str, Leadership] = {}
 
@@ -157,22 +195,70 @@ class Coordination:
             self._leaders[name] = Leadership(self, name)
         return self._leaders[name]
 
-    async def listen(self, callback: Callable[[str, str], None]) -> None:
-        """Call `callback(kind, key)` for every notification (PostgreSQL only)."""
+    def subscribe(self, callback: Callable[[str, str], None]) -> None:
+        """Call `callback(kind, key)` for every notification heard once this
+        instance listens (`listen`)."""
         self._callbacks.append(callback)
-        if not self.notifies or self._listener is not None:
+
+    async def listen(self, callback: Callable[[str, str], None]) -> None:
+        """Call `callback(kind, key)` for every notification (PostgreSQL only),
+        from the moment this returns: the first try at listening is over, or
+        took `LISTEN_FIRST_WAIT_S` (a failed one is tried again in the
+        background, as is a connection lost later; once listening again,
+        callbacks hear `MISSED`)."""
+        self.subscribe(callback)
+        if not self.notifies or self._listening is not None:
             return
-        conn = await self.store.engine.connect()
-        raw: Any = (await conn.get_raw_connection()).driver_connection
-        await raw.add_listener(CHANNEL, self._received)
-        self._listener = conn
-        log.info("control.listening channel=%s", CHANNEL)
+        tried: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._listening = asyncio.create_task(self._keep_listening(tried), name="control:listen")
+        await asyncio.wait([tried], timeout=LISTEN_FIRST_WAIT_S)  # (a connect may hang)
+
+    async def _keep_listening(self, tried: asyncio.Future[None]) -> None:
+        """Listen on a connection of its own; when it fails or is lost, again,
+        after `LISTEN_RETRY_S` (doubling up to `LISTEN_RETRY_MAX_S`)."""
+        delay, missed = LISTEN_RETRY_S, False
+        while True:
+            lost = asyncio.Event()
+            try:
+                conn = self._listener = await self.store.engine.connect()
+                raw: Any = (await conn.get_raw_connection()).driver_connection
+                raw.add_termination_listener(partial(_wake, lost))
+                await raw.add_listener(CHANNEL, self._received)
+            except Exception as exc:
+                log.warning("control.listen_failed (again in %.1fs): %s", delay, exc)
+                await self._drop_listener()
+                if not tried.done():
+                    tried.set_result(None)
+                missed = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LISTEN_RETRY_MAX_S)
+                continue
+            log.info("control.listening channel=%s", CHANNEL)
+            if not tried.done():
+                tried.set_result(None)
+            if missed:  # what was sent while nobody listened here is lost
+                self._tell(MISSED, "")
+            delay, missed = LISTEN_RETRY_S, True
+            await lost.wait()
+            log.warning("control.listener_lost: listening again")
+            await self._drop_listener()
+
+    async def _drop_listener(self) -> None:
+        conn, self._listener = self._listener, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
+            with contextlib.suppress(Exception):
+                await conn.close()
 
     def _received(self, connection: Any, pid: int, channel: str, payload: str) -> None:
         schema, _, message = payload.partition("|")
         if schema != self.schema:
             return
         kind, _, key = message.partition(":")
+        self._tell(kind, key)
+
+    def _tell(self, kind: str, key: str) -> None:
         for callback in self._callbacks:
             try:
                 callback(kind, key)
@@ -187,7 +273,7 @@ class Coordination:
             async with self.store.engine.connect() as conn:
                 await conn.execute(
                     text("SELECT pg_notify(:c, :p)"),
-                    {"c": CHANNEL, "p": f"{self.schema}|{kind}:{key}"},
+                    {"c": CHANNEL, "p": _payload(self.schema, kind, key)},
                 )
                 await conn.commit()
         except Exception as exc:  # a hint only: the sweep finds the work anyway
@@ -196,7 +282,9 @@ class Coordination:
     async def close(self) -> None:
         for leader in self._leaders.values():
             await leader.release()
-        if self._listener is not None:
-            with contextlib.suppress(Exception):
-                await self._listener.close()
-            self._listener = None
+        listening, self._listening = self._listening, None
+        if listening is not None:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await listening
+        await self._drop_listener()

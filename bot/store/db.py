@@ -44,6 +44,7 @@ from bot.store import direct, sqlite_driver
 from bot.store.checkpoints import Checkpoints
 from bot.store.diagnose import explain, missing_tables
 from bot.store.kept import PING_IDLE_S, Kept
+from bot.store.outside import OutsideWrites
 from bot.store.pool import KeepingPool
 from bot.store.sessions import Sessions, in_direct_read, in_direct_write, in_transaction, on_kept
 
@@ -122,6 +123,8 @@ class Store:
         # other, which starves some under load; busy_timeout still covers other
         # processes (CLI commands) sharing the file.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self.outside = OutsideWrites()
+        """SQLite: what another process wrote, seen at each write (`bot.store.outside`)"""
         self._writer = Sessions(self.engine)
         self._held: AsyncConnection | None = None
         self._held_writer = self._writer
@@ -163,12 +166,13 @@ class Store:
         async with self._write_lock:
             try:
                 sessions = await self._sqlite_writer()
-                write = self._direct_write()
-                async with (
-                    in_transaction(sessions)
-                    if write is None
-                    else in_direct_write(sessions, write) as session
-                ):
+                held, driver = self._held, _driver_of(self._held)
+                if held is None or driver is None:
+                    transaction = in_transaction(sessions)
+                else:
+                    await self.outside.look(driver)
+                    transaction = in_direct_write(sessions, direct.Write(held, driver))
+                async with transaction as session:
                     yield session
             except BaseException:
                 # Back to the pool, whose reset rolls back whatever the failure
@@ -215,13 +219,6 @@ class Store:
             held = self._held = await self.engine.connect()
             self._held_writer = Sessions(held)
         return self._held_writer
-
-    def _direct_write(self) -> direct.Write | None:
-        """(Under the write lock, the writer held) A transaction on the held
-        connection's driver (`direct.Write`), when it is this service's."""
-        held = self._held
-        driver = _driver_of(held)
-        return None if held is None or driver is None else direct.Write(held, driver)
 
     async def _direct_reader(self) -> AsyncConnection | None:
         """SQLite on the loop: the connection kept for reads, connected (again)

@@ -9,7 +9,9 @@ A query is split into words, each matched as a prefix (so "deploy" finds
 Most users have no memories, so `search` first asks whether the user has any
 and remembers the answer: "some" for good (memories are never deleted), "none"
 for `NO_MEMORIES_TTL_S` (a memory saved by this process counts at once; one
-saved by another instance sharing the database, within that time).
+saved by another instance sharing the database, within that time; `forget`
+drops "none" when another process changed the database or the account,
+`bot.store.outside`).
 """
 
 from __future__ import annotations
@@ -171,6 +173,14 @@ class MemoryStore:
             self._known_some(user_id)
         elif user_id not in self._some:
             self._known_none(user_id)
+
+    def forget(self, user_id: int | None = None) -> None:
+        """Drop "no memories" known of a user (or of all): their account
+        changed elsewhere (a merge moves memories)."""
+        if user_id is None:
+            self._none_since.clear()
+        else:
+            self._none_since.pop(user_id, None)
 
     def user_created(self, user_id: int) -> None:
         """A user just created here has no memories (cached like a read of it)."""

@@ -77,6 +77,10 @@ def _run_statement(
         cursor.close()
 
 
+def _data_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
 def _busy(error: sqlite3.Error) -> bool:
     """SQLite could not take a lock without waiting (SQLITE_BUSY and its
     extended codes): the statement did nothing, and may be run again."""
@@ -249,6 +253,11 @@ class Connection(aiosqlite.Connection):
         return await self.hop(  # type: ignore[no-any-return]
             _run_statement, self._conn, sql, parameters, many, begin=self.take_begin()
         )
+
+    async def data_version(self) -> int:
+        """SQLite's `PRAGMA data_version`: it changes when another connection
+        has committed since this one last looked (`bot.store.outside`)."""
+        return await self.hop(_data_version, self._conn)  # type: ignore[no-any-return]
 
     def statement_later(self, sql: str, parameters: Any, *, many: bool = False) -> None:
         """Run one statement without waiting for its outcome: at once on this
