@@ -162,11 +162,13 @@ class Inbox:
         self, values: dict[str, Any], also: Callable[[AsyncSession], Awaitable[None]] | None
     ) -> bool:
         try:
+            # fresh: on SQLite, what another process changed (an operator's
+            # CLI) is known before this message is resolved
             if also is None:
-                async with self._store.write() as session:
+                async with self._store.write(fresh=True) as session:
                     await execute(session, ACCEPT, values)
                 return True
-            async with self._store.write_urgent() as session:
+            async with self._store.write_urgent(fresh=True) as session:
                 # Not waited for: on PostgreSQL it goes out with `also`'s first
                 # statement (a redelivery fails that statement, and so the
                 # transaction, with the same IntegrityError).

@@ -124,7 +124,8 @@ class Store:
         # processes (CLI commands) sharing the file.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self.outside = OutsideWrites()
-        """SQLite: what another process wrote, seen at each write (`bot.store.outside`)"""
+        """SQLite: what another process wrote, seen at a message's intake
+        (`write(fresh=True)`, `bot.store.outside`)"""
         self._writer = Sessions(self.engine)
         self._held: AsyncConnection | None = None
         self._held_writer = self._writer
@@ -157,8 +158,11 @@ class Store:
         return self.dialect == "sqlite"
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncSession]:
-        """A session in a write transaction, committed on exit, rolled back on error."""
+    async def write(self, *, fresh: bool = False) -> AsyncIterator[AsyncSession]:
+        """A session in a write transaction, committed on exit, rolled back on
+        error. `fresh` (a message's intake, before anything of it is read from
+        the caches): on SQLite, first see whether another process wrote since
+        (`bot.store.outside`; PostgreSQL's instances hear it instead)."""
         if self._write_lock is None:
             async with in_transaction(self._writer) as session:
                 yield session
@@ -170,7 +174,8 @@ class Store:
                 if held is None or driver is None:
                     transaction = in_transaction(sessions)
                 else:
-                    await self.outside.look(driver)
+                    if fresh:
+                        await self.outside.look(driver)
                     transaction = in_direct_write(sessions, direct.Write(held, driver))
                 async with transaction as session:
                     yield session
@@ -198,13 +203,13 @@ class Store:
             yield session
 
     @asynccontextmanager
-    async def write_urgent(self) -> AsyncIterator[AsyncSession]:
+    async def write_urgent(self, *, fresh: bool = False) -> AsyncIterator[AsyncSession]:
         """`write()` on the connections kept for intake and leases (PostgreSQL)."""
         if self._write_lock is None:
             async with in_transaction(self._urgent) as session:
                 yield session
             return
-        async with self.write() as session:
+        async with self.write(fresh=fresh) as session:
             yield session
 
     async def _sqlite_writer(self) -> Sessions:

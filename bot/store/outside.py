@@ -9,12 +9,12 @@ nothing would go on being spent until the cached limit expired:
 - SQLite: every write of this process goes through one connection (the
   writer, `Store.write`), and SQLite's `PRAGMA data_version` on a connection
   changes when another connection has committed since it last looked. The
-  writer asks at the start of each write transaction, under the write lock
-  (`OutsideWrites.look`): a message's first write is its intake, so a change
-  committed before the message arrived is known before the message is
-  resolved, and the watchers (`watch`) drop what they cached. No rows are
-  read; it costs about a microsecond, and is not one of the statements the
-  benchmarks count. This process's own reads and side checkpoints (PASSIVE)
+  writer asks at the start of a message's intake (`Store.write(fresh=True)`,
+  under the write lock, before BEGIN: `OutsideWrites.look`), its first write,
+  so a change committed before the message arrived is known before the
+  message is resolved, and the watchers (`watch`) drop what they cached. No
+  rows are read; it costs a few microseconds, and is not one of the
+  statements the benchmarks count. This process's own reads and side checkpoints (PASSIVE)
   are no news; another process's TRUNCATE checkpoint is (a cache dropped for
   nothing: one more read).
 - PostgreSQL: the change's own transaction sends a notification

@@ -1,8 +1,8 @@
 """What another process writes reaches this process's caches: on SQLite the
-writer sees another connection's commit at its next write
-(`bot.store.outside`); on PostgreSQL every instance hears an account's change
-when its transaction commits (`announce_account`), and not before, on a
-listening connection that is made again when it is lost."""
+writer sees another connection's commit at the next message's intake
+(`Store.write(fresh=True)`, `bot.store.outside`); on PostgreSQL every instance
+hears an account's change when its transaction commits (`announce_account`),
+and not before, on a listening connection that is made again when lost."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from bot.store.outside import OutsideWrites
 from tests.conftest import POSTGRES_URL, Database
 
 
-async def write_something(store: Store) -> None:
-    async with store.write() as session:
+async def write_something(store: Store, *, fresh: bool = True) -> None:
+    async with store.write(fresh=fresh) as session:
         session.add(AuditEntry(actor="test", action="/something"))
 
 
@@ -52,6 +52,8 @@ async def test_the_next_write_sees_a_commit_made_by_another_connection(
         "VALUES ('cli', '/role', 'ok', '2026-11-29 00:00:00')"
     )
     other.commit()
+    await write_something(sqlite_store, fresh=False)  # not a message's intake: no look
+    assert told == [1]
     await write_something(sqlite_store)
     assert told == [1, 1]
     await write_something(sqlite_store)
