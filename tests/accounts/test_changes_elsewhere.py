@@ -13,8 +13,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from sqlalchemy import text
 
-from tests.conftest import TEST_API_KEY, Database
+from tests.conftest import POSTGRES_URL, TEST_API_KEY, Database
 from tests.fakes.anthropic import FakeAnthropic, last_user_text, text_reply
 from tests.fakes.slack import FakeSlack
 from tests.paths import REPO_ROOT
@@ -119,3 +120,51 @@ async def test_a_role_set_with_the_cli_counts_from_the_next_message(
                 assert await chat.say("and now") == "re: and now"
         finally:
             await service.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not POSTGRES_URL, reason="SWITCHBOARD_TEST_POSTGRES_URL not set")
+async def test_a_change_made_while_the_database_cut_every_connection_still_counts(
+    pg: Database, tmp_path: Path
+) -> None:
+    """PostgreSQL: the service's connections, the one listening for notices
+    among them, are cut (a database restart, a failover); the notice of a
+    change made meanwhile is lost, and must not be needed."""
+    async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
+        model.responder = lambda body: text_reply(f"re: {last_user_text(body)}")
+        env = service_env(pg, model, slack, port := free_port())
+        service = Service(env, tmp_path, port)
+        await service.start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                chat = Chat(SlackSender(http, [service.url]), slack, service)
+                assert await chat.say("hello") == "re: hello"
+                await cut_every_connection(pg)
+                await wait_for(
+                    lambda: any("control.listener_lost" in line for line in service.logs),
+                    "the lost listener noticed",
+                    service,
+                )
+                await admin(pg, "budget", "set", "slack:U1", "1")
+                calls = model.request_count
+                assert USED_UP in await chat.say("one more")
+                assert model.request_count == calls
+        finally:
+            await service.stop()
+    listening = [line for line in service.logs if "control.listening" in line]
+    assert len(listening) >= 2, service.log_text  # and it listens again
+
+
+async def cut_every_connection(db: Database) -> None:
+    """What a database restart does to the clients' connections."""
+    store = db.store()
+    try:
+        async with store.write() as session:
+            cut = text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend'"
+            )
+            await session.exec(cut)  # type: ignore[call-overload]
+    finally:
+        await store.dispose()
