@@ -1,4 +1,4 @@
-"""Writes made by another process, seen before this process's next write.
+"""Writes made by another process, seen before this process's next message.
 
 This process caches what rarely changes (accounts by platform id, budget
 limits, who has no memories: `bot.accounts`, `bot.store.memories`) and drops
@@ -14,12 +14,12 @@ nothing would go on being spent until the cached limit expired:
   so a change committed before the message arrived is known before the
   message is resolved, and the watchers (`watch`) drop what they cached. No
   rows are read; it costs a few microseconds, and is not one of the
-  statements the benchmarks count. This process's own reads and side checkpoints (PASSIVE)
-  are no news; another process's TRUNCATE checkpoint is (a cache dropped for
-  nothing: one more read).
+  statements the benchmarks count. This process's own reads and side
+  checkpoints (PASSIVE) are no news; another process's TRUNCATE checkpoint
+  is (a cache dropped for nothing: one more read).
 - PostgreSQL: the change's own transaction sends a notification
-  (`bot.store.coordination.announce`), which every instance's listening
-  connection hears when it commits.
+  (`bot.store.coordination.announce_account`), which every instance's
+  listening connection hears when it commits.
 """
 
 from __future__ import annotations
