@@ -7,18 +7,19 @@ on PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import pytest
 from sqlalchemy import text
 
+from tests.cli.test_e2e_chat import run_cli
 from tests.conftest import POSTGRES_URL, TEST_API_KEY, Database
 from tests.fakes.anthropic import FakeAnthropic, last_user_text, text_reply
 from tests.fakes.slack import FakeSlack
-from tests.paths import REPO_ROOT
 from tests.pipeline.test_crash_recovery import dm_event, replies_in, wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
@@ -29,28 +30,12 @@ USED_UP = "used up your token allowance"
 
 async def admin(database: Database, *args: str) -> str:
     """`switchboard admin …` in a process of its own, on the service's database."""
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": os.environ.get("HOME", "/tmp"),
-        "PYTHONPATH": str(REPO_ROOT),
-        "SWITCHBOARD__DATABASE__URL": database.url,
-    }
+    env = {"SWITCHBOARD__DATABASE__URL": database.url}
     if database.schema:
         env["SWITCHBOARD__DATABASE__SCHEMA_NAME"] = database.schema
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        "admin",
-        *args,
-        env=env,
-        cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    done = await asyncio.to_thread(run_cli, ["admin", *args], env=env, api_key=None)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 class Chat:
@@ -72,54 +57,59 @@ class Chat:
         return replies_in(self.slack, "D1")[-1]
 
 
-async def test_a_budget_set_with_the_cli_counts_from_the_next_message(
-    database: Database, tmp_path: Path
-) -> None:
-    async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
-        model.responder = lambda body: text_reply(f"re: {last_user_text(body)}")
-        env = service_env(database, model, slack, port := free_port())  # guests: unlimited
-        service = Service(env, tmp_path, port)
-        await service.start()
-        try:
-            async with aiohttp.ClientSession() as http:
-                chat = Chat(SlackSender(http, [service.url]), slack, service)
-                assert await chat.say("hello") == "re: hello"
-                assert await chat.say("again") == "re: again"  # known here: cached
-                shown = await admin(database, "budget", "set", "slack:U1", "1")
-                assert "limit   1 tokens a month" in shown or "1 token" in shown, shown
-                calls = model.request_count
-                assert USED_UP in await chat.say("one more")
-                assert model.request_count == calls  # refused before any LLM call
-                await admin(database, "budget", "set", "slack:U1", "unlimited")
-                assert await chat.say("and now") == "re: and now"
-        finally:
-            await service.stop()
+@dataclass
+class Running:
+    """The service running on `database`, its fake model, and a chat with it."""
+
+    service: Service
+    model: FakeAnthropic
+    chat: Chat
 
 
-async def test_a_role_set_with_the_cli_counts_from_the_next_message(
-    database: Database, tmp_path: Path
-) -> None:
+@contextlib.asynccontextmanager
+async def running(database: Database, tmp_path: Path, **extra: str) -> AsyncIterator[Running]:
+    """`switchboard run` on `database` (guests: unlimited), answering "re: …"."""
     async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
         model.responder = lambda body: text_reply(f"re: {last_user_text(body)}")
-        # guests may spend freely, users not at all
-        extra = {"SWITCHBOARD__BUDGETS__USER": "1"}
         env = service_env(database, model, slack, port := free_port(), **extra)
         service = Service(env, tmp_path, port)
         await service.start()
         try:
             async with aiohttp.ClientSession() as http:
-                chat = Chat(SlackSender(http, [service.url]), slack, service)
-                assert await chat.say("hello") == "re: hello"
-                assert "is now user (was guest)" in await admin(
-                    database, "role", "slack:U1", "user"
+                yield Running(
+                    service, model, Chat(SlackSender(http, [service.url]), slack, service)
                 )
-                calls = model.request_count
-                assert USED_UP in await chat.say("one more")
-                assert model.request_count == calls
-                assert "is now guest" in await admin(database, "role", "slack:U1", "guest")
-                assert await chat.say("and now") == "re: and now"
         finally:
             await service.stop()
+
+
+async def test_a_budget_set_with_the_cli_counts_from_the_next_message(
+    database: Database, tmp_path: Path
+) -> None:
+    async with running(database, tmp_path) as it:
+        assert await it.chat.say("hello") == "re: hello"
+        assert await it.chat.say("again") == "re: again"  # known here: cached
+        shown = await admin(database, "budget", "set", "slack:U1", "1")
+        assert "limit   1 token a month (fixed)" in shown, shown
+        calls = it.model.request_count
+        assert USED_UP in await it.chat.say("one more")
+        assert it.model.request_count == calls  # refused before any LLM call
+        await admin(database, "budget", "set", "slack:U1", "unlimited")
+        assert await it.chat.say("and now") == "re: and now"
+
+
+async def test_a_role_set_with_the_cli_counts_from_the_next_message(
+    database: Database, tmp_path: Path
+) -> None:
+    # guests may spend freely, users not at all
+    async with running(database, tmp_path, SWITCHBOARD__BUDGETS__USER="1") as it:
+        assert await it.chat.say("hello") == "re: hello"
+        assert "is now user (was guest)" in await admin(database, "role", "slack:U1", "user")
+        calls = it.model.request_count
+        assert USED_UP in await it.chat.say("one more")
+        assert it.model.request_count == calls
+        assert "is now guest" in await admin(database, "role", "slack:U1", "guest")
+        assert await it.chat.say("and now") == "re: and now"
 
 
 @pytest.mark.postgres
@@ -130,29 +120,20 @@ async def test_a_change_made_while_the_database_cut_every_connection_still_count
     """PostgreSQL: the service's connections, the one listening for notices
     among them, are cut (a database restart, a failover); the notice of a
     change made meanwhile is lost, and must not be needed."""
-    async with FakeAnthropic(api_key=TEST_API_KEY) as model, FakeSlack() as slack:
-        model.responder = lambda body: text_reply(f"re: {last_user_text(body)}")
-        env = service_env(pg, model, slack, port := free_port())
-        service = Service(env, tmp_path, port)
-        await service.start()
-        try:
-            async with aiohttp.ClientSession() as http:
-                chat = Chat(SlackSender(http, [service.url]), slack, service)
-                assert await chat.say("hello") == "re: hello"
-                await cut_every_connection(pg)
-                await wait_for(
-                    lambda: any("control.listener_lost" in line for line in service.logs),
-                    "the lost listener noticed",
-                    service,
-                )
-                await admin(pg, "budget", "set", "slack:U1", "1")
-                calls = model.request_count
-                assert USED_UP in await chat.say("one more")
-                assert model.request_count == calls
-        finally:
-            await service.stop()
-    listening = [line for line in service.logs if "control.listening" in line]
-    assert len(listening) >= 2, service.log_text  # and it listens again
+    async with running(pg, tmp_path) as it:
+        assert await it.chat.say("hello") == "re: hello"
+        await cut_every_connection(pg)
+        await wait_for(
+            lambda: any("control.listener_lost" in line for line in it.service.logs),
+            "the lost listener noticed",
+            it.service,
+        )
+        await admin(pg, "budget", "set", "slack:U1", "1")
+        calls = it.model.request_count
+        assert USED_UP in await it.chat.say("one more")
+        assert it.model.request_count == calls
+    listening = [line for line in it.service.logs if "control.listening" in line]
+    assert len(listening) >= 2, it.service.log_text  # and it listens again
 
 
 async def cut_every_connection(db: Database) -> None:
