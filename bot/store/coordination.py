@@ -272,8 +272,7 @@ class Coordination:
         try:
             async with self.store.engine.connect() as conn:
                 await conn.execute(
-                    text("SELECT pg_notify(:c, :p)"),
-                    {"c": CHANNEL, "p": _payload(self.schema, kind, key)},
+                    _NOTIFY, {"channel": CHANNEL, "payload": _payload(self.schema, kind, key)}
                 )
                 await conn.commit()
         except Exception as exc:  # a hint only: the sweep finds the work anyway

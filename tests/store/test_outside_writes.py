@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from bot.store import Store
+from bot.store import coordination as coordination_module
 from bot.store.coordination import ACCOUNT, MISSED, Coordination, announce_account
 from bot.store.leases import Leases
 from bot.store.models import AuditEntry
@@ -213,3 +214,30 @@ async def test_listening_where_no_database_answers_returns_and_keeps_trying(
         await wait_until(lambda: caplog.text.count("control.listen_failed") >= 2)
     await coordination.close()  # stops trying
     await nowhere.dispose()
+
+
+async def test_listening_where_a_database_never_answers_returns_in_bounded_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connect that hangs (the server accepts and says nothing) does not hold
+    up whoever starts listening (the recovery loop) past `LISTEN_FIRST_WAIT_S`."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # never answers
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setattr(coordination_module, "LISTEN_FIRST_WAIT_S", 0.3)
+    mute = Store(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none")
+    coordination = Coordination(mute, Leases(mute, "here", 30))
+    try:
+        await asyncio.wait_for(coordination.listen(lambda kind, key: None), 5)
+        assert accepted  # it did try, and is still trying
+    finally:
+        await coordination.close()  # stops trying, the hanging connect with it
+        await mute.dispose()
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
