@@ -8,10 +8,11 @@ A query is split into words, each matched as a prefix (so "deploy" finds
 
 Most users have no memories, so `search` first asks whether the user has any
 and remembers the answer: "some" for good (memories are never deleted), "none"
-for `NO_MEMORIES_TTL_S` (a memory saved by this process counts at once; one
-saved by another instance sharing the database, within that time; `forget`
-drops "none" when another process changed the database or the account,
-`bot.store.outside`).
+for `NO_MEMORIES_TTL_S`, the backstop: a memory saved by this process counts
+at once, and one saved by another process at its next message too (`forget`
+drops "none": on SQLite once the writer sees another process's commit,
+`bot.store.outside`; on PostgreSQL when the save's notice arrives, as
+`announce_account` tells every instance when the save commits).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlalchemy import bindparam, exists, func, text
 from sqlmodel import col, select
 
 from bot.store import Store
+from bot.store.coordination import announce_account
 from bot.store.models import Memory
 from bot.store.rows import execute
 
@@ -106,6 +108,8 @@ class MemoryStore:
             )
             session.add(row)
             await session.flush()
+            # other instances may hold "no memories" for this user
+            await announce_account(session, self._store, user_id)
             self._known_some(user_id)
             return _record(row), True
 
@@ -176,7 +180,7 @@ class MemoryStore:
 
     def forget(self, user_id: int | None = None) -> None:
         """Drop "no memories" known of a user (or of all): their account
-        changed elsewhere (a merge moves memories)."""
+        changed elsewhere (a memory saved there, a merge moving memories)."""
         if user_id is None:
             self._none_since.clear()
         else:

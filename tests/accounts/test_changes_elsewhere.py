@@ -2,15 +2,17 @@
 running service's very next message, although the service caches accounts
 and budget limits: the real `switchboard run` as a subprocess (Slack over
 HTTP, the fake model) and the real `switchboard admin` commands, on SQLite and
-on PostgreSQL."""
+on PostgreSQL. So does a memory saved through another instance."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -18,7 +20,13 @@ from sqlalchemy import text
 
 from tests.cli.test_e2e_chat import run_cli
 from tests.conftest import POSTGRES_URL, TEST_API_KEY, Database
-from tests.fakes.anthropic import FakeAnthropic, last_user_text, text_reply
+from tests.fakes.anthropic import (
+    FakeAnthropic,
+    MessageReply,
+    last_user_text,
+    text_reply,
+    tool_use_reply,
+)
 from tests.fakes.slack import FakeSlack
 from tests.pipeline.test_crash_recovery import dm_event, replies_in, wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
@@ -45,16 +53,19 @@ class Chat:
         self.sender, self.slack, self.service = sender, slack, service
         self.said = 0
 
-    async def say(self, text: str) -> str:
+    async def say(self, text: str, *, via: SlackSender | None = None, dm: str = "D1") -> str:
+        """`via`: another instance's endpoint instead of this service's; `dm`:
+        another conversation of the same user."""
         self.said += 1
-        before = len(replies_in(self.slack, "D1"))
-        await self.sender.deliver(dm_event("D1", "U1", text, f"1700000001.{self.said:06d}"))
+        before = len(replies_in(self.slack, dm))
+        event = dm_event(dm, "U1", text, f"1700000001.{self.said:06d}")
+        await (via or self.sender).deliver(event)
         await wait_for(
-            lambda: len(replies_in(self.slack, "D1")) > before,
+            lambda: len(replies_in(self.slack, dm)) > before,
             f"the answer to {text!r}",
             self.service,
         )
-        return replies_in(self.slack, "D1")[-1]
+        return replies_in(self.slack, dm)[-1]
 
 
 @dataclass
@@ -134,6 +145,47 @@ async def test_a_change_made_while_the_database_cut_every_connection_still_count
         assert it.model.request_count == calls
     listening = [line for line in it.service.logs if "control.listening" in line]
     assert len(listening) >= 2, it.service.log_text  # and it listens again
+
+
+def remembering(body: dict[str, Any]) -> MessageReply:
+    """The model: saves what it is asked to remember, else answers "re: …"."""
+    said = last_user_text(body)
+    last = body["messages"][-1]["content"]
+    if isinstance(last, list) and any(block.get("type") == "tool_result" for block in last):
+        return text_reply("noted")
+    if said.startswith("remember "):
+        return tool_use_reply(("memory_save", {"text": said.removeprefix("remember ")}))
+    return text_reply(f"re: {said}")
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not POSTGRES_URL, reason="SWITCHBOARD_TEST_POSTGRES_URL not set")
+async def test_a_memory_saved_through_another_instance_is_recalled_at_the_next_message(
+    pg: Database, tmp_path: Path
+) -> None:
+    """Instance A knows the user has no memories (cached for
+    NO_MEMORIES_TTL_S); the user saves one through instance B; A recalls it
+    at the user's very next message (the save's notice), not after the TTL."""
+    (tmp_path / "a").mkdir()
+    async with running(pg, tmp_path / "a") as it:
+        it.model.responder = remembering
+        env = service_env(pg, it.model, it.chat.slack, port := free_port())
+        (tmp_path / "b").mkdir()
+        other = Service(env, tmp_path / "b", port)
+        await other.start()
+        try:
+            assert await it.chat.say("hello") == "re: hello"  # A: no memories
+            async with aiohttp.ClientSession() as http:
+                via_b = SlackSender(http, [other.url])
+                # another conversation: not in the next message's history
+                saved = await it.chat.say("remember my tea is oolong", via=via_b, dm="D2")
+                assert saved == "noted"
+            assert await it.chat.say("which tea do I drink") == "re: which tea do I drink"
+        finally:
+            await other.stop()
+        asked = it.model.requests[-1]
+        assert last_user_text(asked.body) == "which tea do I drink"
+        assert "my tea is oolong" in json.dumps(asked.body), it.service.log_text
 
 
 async def cut_every_connection(db: Database) -> None:
