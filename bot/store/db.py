@@ -82,12 +82,12 @@ class Store:
             # done one message at a time keeps reusing the one warm connection
             # (thread) instead of rotating through the pool, so a message is
             # not handed between threads; concurrent work still opens more.
-            if self.url.database not in (None, "", ":memory:") and not self.url.query:
-                database = self.url.database
+            if self.url.database not in (None, "", ":memory:"):
+                database, options = sqlite_driver.connect_args(self.url)
                 pool = {
                     "pool_use_lifo": True,
                     # one thread hand-off per statement (`bot.store.sqlite_driver`)
-                    "async_creator": lambda: sqlite_driver.connect(database),
+                    "async_creator": lambda: sqlite_driver.connect(database, **options),
                 }
         else:
             pool = {**KeepingPool.sized(pool_size, max_overflow), "pool_timeout": pool_timeout}
@@ -113,7 +113,7 @@ class Store:
         if self.dialect == "sqlite":
             on_loop = self._reads_on_loop = sqlite_on_loop and "async_creator" in pool
             if on_loop:
-                self._checkpoints = Checkpoints(str(self.url.database))
+                self._checkpoints = Checkpoints(database)
             _tune_sqlite(self.engine, busy_timeout_ms, self._checkpoints)
         else:
             for engine in {self.engine, self.urgent_engine}:

@@ -33,8 +33,9 @@ Everything else is aiosqlite's.
 
 `connect` is the `async_creator` of the Store's SQLite engine; the URL's
 parameters are not applied by SQLAlchemy then, so it opens the file itself the
-way the pysqlite dialect would (check_same_thread off, `uri=True` for
-``file:`` names).
+way the pysqlite dialect would, with the URL's parameters as that dialect
+reads them (`connect_args`), check_same_thread off and `uri=True` for
+``file:`` names.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -51,6 +53,9 @@ from typing import Any, ClassVar
 
 import aiosqlite
 from aiosqlite.context import Result
+from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import SAWarning
 
 from bot.store.checkpoints import Checkpoints
 
@@ -367,11 +372,26 @@ class Connection(aiosqlite.Connection):
             self._conn.rollback()
 
 
-def connect(database: str) -> Connection:
-    """A connection to `database` (not opened until awaited)."""
+def connect_args(url: URL) -> tuple[str, dict[str, Any]]:
+    """The file name and the `sqlite3.connect` options a SQLite URL asks for,
+    read as SQLAlchemy's dialect reads them: ``timeout``, ``uri=true`` with the
+    URI's own parameters (``mode``, ``cache``, …), and the rest it knows. (It
+    warns about parameters it ignores when the engine is made: not twice.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)
+        args, options = SQLiteDialect_aiosqlite().create_connect_args(url)
+    return str(args[0]), dict(options)
+
+
+def connect(database: str, **options: Any) -> Connection:
+    """A connection to `database` (not opened until awaited) with `options`
+    for `sqlite3.connect` (`connect_args`); never checking the thread: the
+    connection runs on the loop's thread and on its worker's."""
+    options = {"uri": database.startswith("file:"), **options, "check_same_thread": False}
 
     def connector() -> sqlite3.Connection:
-        return sqlite3.connect(database, check_same_thread=False, uri=database.startswith("file:"))
+        opened: sqlite3.Connection = sqlite3.connect(database, **options)
+        return opened
 
     connection = Connection(connector, iter_chunk_size=64)
     connection._thread.daemon = True  # as SQLAlchemy's dialect does: never block exit

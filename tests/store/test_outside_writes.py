@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlmodel import select
 
 from bot.store import Store
 from bot.store import coordination as coordination_module
@@ -117,6 +118,37 @@ async def test_a_data_version_that_cannot_be_read_counts_as_news(
 
 
 postgres = pytest.mark.skipif(not POSTGRES_URL, reason="SWITCHBOARD_TEST_POSTGRES_URL not set")
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["sqlite+aiosqlite:///{path}?timeout=5", "sqlite+aiosqlite:///file:{path}?mode=rwc&uri=true"],
+)
+async def test_a_database_url_with_parameters_still_sees_other_processes_writes(
+    tmp_path: Path, shape: str
+) -> None:
+    """The URL's parameters (a busy timeout, a `file:` URI's mode) are applied
+    by the Store's own driver, which looks for other processes' writes."""
+    path = tmp_path / "bot.db"
+    store = Store(shape.format(path=path), busy_timeout_ms=200)
+    try:
+        await store.upgrade()
+        told: list[int] = []
+        store.outside.watch(lambda: told.append(1))
+        await write_something(store)
+        other = sqlite3.connect(path)
+        other.execute(
+            "INSERT INTO audit_log (actor, action, outcome, created_at) "
+            "VALUES ('cli', '/role', 'ok', '2026-11-29 00:00:00')"
+        )
+        other.commit()
+        other.close()
+        await write_something(store)
+        assert told == [1, 1]
+        async with store.read() as session:
+            assert len((await session.exec(select(AuditEntry))).all()) == 3
+    finally:
+        await store.dispose()
 
 
 @postgres
