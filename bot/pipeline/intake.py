@@ -271,7 +271,8 @@ class Inbox:
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
-        async with self._store.write() as session:
+        # fresh: they run next; what another process changed is known first
+        async with self._store.write(fresh=True) as session:
             rows = (
                 await session.exec(
                     update(InboxItem)

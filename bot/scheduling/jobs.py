@@ -179,8 +179,10 @@ class Jobs:
     async def claim(self, job_id: int, now: datetime, grace: timedelta) -> Claim | None:
         """Take the due fire of a job: move `next_run_at` to the next fire after
         `now` and mark it running — or, when it is later than `grace`, record it
-        as missed. None when it is not due (or already taken, or still running)."""
-        async with self._store.write() as session:
+        as missed. None when it is not due (or already taken, or still running).
+        A fire is its owner's next message: what another process changed (an
+        operator's CLI) is known before it runs (`Store.write(fresh=True)`)."""
+        async with self._store.write(fresh=True) as session:
             job = await _locked(session, job_id)
             if job is None:
                 return None

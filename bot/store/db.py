@@ -124,8 +124,8 @@ class Store:
         # processes (CLI commands) sharing the file.
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self.outside = OutsideWrites()
-        """SQLite: what another process wrote, seen at a message's intake
-        (`write(fresh=True)`, `bot.store.outside`)"""
+        """SQLite: what another process wrote, seen where a message starts (its
+        intake, a wakeup's claim: `write(fresh=True)`, `bot.store.outside`)"""
         self._writer = Sessions(self.engine)
         self._held: AsyncConnection | None = None
         self._held_writer = self._writer
@@ -160,8 +160,9 @@ class Store:
     @asynccontextmanager
     async def write(self, *, fresh: bool = False) -> AsyncIterator[AsyncSession]:
         """A session in a write transaction, committed on exit, rolled back on
-        error. `fresh` (a message's intake, before anything of it is read from
-        the caches): on SQLite, first see whether another process wrote since
+        error. `fresh` (where a message starts: its intake, a wakeup's claim,
+        a recovered message's; before anything of it is read from the caches):
+        on SQLite, first see whether another process wrote since
         (`bot.store.outside`; PostgreSQL's instances hear it instead)."""
         if self._write_lock is None:
             async with in_transaction(self._writer) as session:

@@ -12,7 +12,9 @@ nothing would go on being spent until the cached limit expired:
   writer asks at the start of a message's intake (`Store.write(fresh=True)`,
   under the write lock, before BEGIN: `OutsideWrites.look`), its first write,
   so a change committed before the message arrived is known before the
-  message is resolved, and the watchers (`watch`) drop what they cached. No
+  message is resolved, and the watchers (`watch`) drop what they cached; so
+  do a wakeup's claim (a wakeup is its owner's next message) and the claim of
+  messages recovered from the inbox. No
   rows are read; it costs a few microseconds, and is not one of the
   statements the benchmarks count. This process's own reads and side
   checkpoints (PASSIVE) are no news; another process's TRUNCATE checkpoint

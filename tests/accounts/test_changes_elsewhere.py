@@ -17,7 +17,9 @@ from typing import Any
 import aiohttp
 import pytest
 from sqlalchemy import text
+from sqlmodel import select
 
+from bot.store.models import ScheduledJob
 from tests.cli.test_e2e_chat import run_cli
 from tests.conftest import POSTGRES_URL, TEST_API_KEY, Database
 from tests.fakes.anthropic import (
@@ -147,15 +149,51 @@ async def test_a_change_made_while_the_database_cut_every_connection_still_count
     assert len(listening) >= 2, it.service.log_text  # and it listens again
 
 
-def remembering(body: dict[str, Any]) -> MessageReply:
-    """The model: saves what it is asked to remember, else answers "re: …"."""
+def with_tools(body: dict[str, Any]) -> MessageReply:
+    """The model: saves what it is asked to remember ("remember …"), schedules
+    a wakeup asked for ("wake me in …"), says "noted" once the tool answered,
+    else answers "re: …"."""
     said = last_user_text(body)
     last = body["messages"][-1]["content"]
     if isinstance(last, list) and any(block.get("type") == "tool_result" for block in last):
         return text_reply("noted")
     if said.startswith("remember "):
         return tool_use_reply(("memory_save", {"text": said.removeprefix("remember ")}))
+    if said.startswith("wake me "):
+        when = said.removeprefix("wake me ")
+        return tool_use_reply(("schedule_add", {"prompt": "say hi", "when": when}))
     return text_reply(f"re: {said}")
+
+
+async def job_outcome(database: Database) -> str | None:
+    """The last outcome of the only scheduled job."""
+    store = database.store()
+    try:
+        async with store.read() as session:
+            job = (await session.exec(select(ScheduledJob))).one()
+    finally:
+        await store.dispose()
+    return job.last_status
+
+
+async def test_a_budget_set_with_the_cli_counts_from_the_next_wakeup(
+    database: Database, tmp_path: Path
+) -> None:
+    """A wakeup is its owner's next message: the budget set with the CLI
+    after the owner's last message counts there too (no LLM call)."""
+    async with running(database, tmp_path, SWITCHBOARD__SCHEDULER__MAX_JOBS__GUEST="5") as it:
+        it.model.responder = with_tools
+        assert await it.chat.say("hello") == "re: hello"
+        assert await it.chat.say("wake me in 6 seconds") == "noted"  # the limit: cached here
+        await admin(database, "budget", "set", "slack:U1", "1")
+        assert await job_outcome(database) is None, "the CLI took longer than the wakeup's 6 s"
+        calls = it.model.request_count
+        for _ in range(300):
+            if await job_outcome(database) is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert await job_outcome(database) == "refused", it.service.log_text
+        assert it.model.request_count == calls  # refused before any LLM call
 
 
 @pytest.mark.postgres
@@ -168,7 +206,7 @@ async def test_a_memory_saved_through_another_instance_is_recalled_at_the_next_m
     at the user's very next message (the save's notice), not after the TTL."""
     (tmp_path / "a").mkdir()
     async with running(pg, tmp_path / "a") as it:
-        it.model.responder = remembering
+        it.model.responder = with_tools
         env = service_env(pg, it.model, it.chat.slack, port := free_port())
         (tmp_path / "b").mkdir()
         other = Service(env, tmp_path / "b", port)
