@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import DBAPIError, InvalidatePoolError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -83,7 +83,7 @@ class Store:
             # (thread) instead of rotating through the pool, so a message is
             # not handed between threads; concurrent work still opens more.
             if self.url.database not in (None, "", ":memory:"):
-                database, options = sqlite_driver.connect_args(self.url)
+                database, options = _sqlite_connect_args(self.url)
                 pool = {
                     "pool_use_lifo": True,
                     # one thread hand-off per statement (`bot.store.sqlite_driver`)
@@ -325,6 +325,18 @@ def _driver_of(held: AsyncConnection | None) -> sqlite_driver.Connection | None:
     sync = held.sync_connection if held is not None else None
     driver = sync.connection.driver_connection if sync is not None else None
     return driver if isinstance(driver, sqlite_driver.Connection) else None
+
+
+def _sqlite_connect_args(url: URL) -> tuple[str, dict[str, Any]]:
+    """`sqlite_driver.connect_args`, its complaint about a parameter (a
+    ``timeout`` that is not a number) told as a bad setting."""
+    try:
+        return sqlite_driver.connect_args(url)
+    except (ValueError, TypeError) as exc:
+        raise StartupError(
+            f"the SQLite database URL has a parameter that is not valid ({exc})",
+            "Fix the parameters after '?' in [database] url (SWITCHBOARD__DATABASE__URL).",
+        ) from exc
 
 
 def _ensure_sqlite_dir(database: str | None) -> None:

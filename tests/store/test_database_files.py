@@ -71,6 +71,24 @@ def test_db_upgrade_creates_the_database_for_its_owner_only(tmp_path: Path):
     assert "database.file_mode" not in result.stderr
 
 
+def test_a_url_with_parameters_opens_the_same_private_file_or_says_which_is_wrong(
+    tmp_path: Path,
+):
+    db = tmp_path / "params.db"
+    result = switchboard(Path(f"{db}?timeout=5"), "db", "upgrade")
+    assert result.returncode == 0, result.stderr
+    assert mode(db) == 0o600
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM users").fetchone() == (0,)
+
+    bad = switchboard(Path(f"{db}?timeout=soon"), "db", "upgrade")
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines() == [
+        "switchboard: the SQLite database URL has a parameter that is not valid (could not"
+        " convert string to float: 'soon'). Fix the parameters after '?' in [database] url"
+        " (SWITCHBOARD__DATABASE__URL)."
+    ]
+
+
 def test_existing_files_readable_by_others_are_left_with_one_warning(tmp_path: Path):
     db = tmp_path / "old.db"
     sqlite3.connect(db).close()
