@@ -139,6 +139,15 @@ class Budgets:
         _, mode, tokens = cached
         return mode if self._allowance(mode, tokens, role) is None else None
 
+    async def still_unlimited(self, user_id: int, role: Role) -> bool:
+        """For a run that began with an unlimited budget, before another LLM
+        call: whether it still is. A limit set meanwhile, here or by another
+        process (the CLI, another instance), counts from that call."""
+        await self._store.look_elsewhere()
+        if self._known_unlimited(user_id, role) is not None:
+            return True
+        return (await self.status(user_id, role)).limit is None
+
     def role_allowance(self, role: Role) -> int | None:
         return self._defaults.for_role(role)
 

@@ -1,5 +1,7 @@
 """The budget meter of one run (`bot.ports.Meter`): reserve before each LLM
-call, settle after it, and a cap on what one run may spend.
+call, settle after it, and a cap on what one run may spend. A run that began
+with an unlimited budget reserves nothing, unless a limit is set while it
+goes on: from its next call it reserves as any other.
 
 The estimate of a call is its input (counted from the request) plus the
 output it may write (`max_tokens`). When the allowance left is smaller than
@@ -46,10 +48,12 @@ class RunMeter:
     user_id: int
     role: Role
     limited: bool
-    """False for unlimited budgets: nothing to reserve, only the run cap applies."""
+    """False for unlimited budgets: nothing to reserve, only the run cap
+    applies (until a limit is set while the run goes on)."""
     run_cap: int | None
     spent: int = 0
     """Tokens this run's calls used so far."""
+    calls: int = 0
     owed: list[tuple[Hold | None, int]] = field(default_factory=list)
     _hold: Hold | None = None
 
@@ -63,6 +67,9 @@ class RunMeter:
                     f"this answer needs more than the {self.run_cap} tokens one run may use"
                 )
             max_tokens = min(max_tokens, room)
+        self.calls += 1
+        if not self.limited and self.calls > 1:  # the first: checked as the run began
+            self.limited = not await self._still_unlimited()
         if not self.limited:
             return self._waiting(max_tokens)
         hold = await self.budgets.reserve(self.user_id, self.role, needed + max_tokens)
@@ -77,6 +84,17 @@ class RunMeter:
             )
         self._hold = hold
         return self._waiting(max_tokens)
+
+    async def _still_unlimited(self) -> bool:
+        """Whether no limit was set since the run began (an operator may have
+        set one: an unlimited budget costs no read then, its cached limit is
+        dropped by such a change). Not known (the database failing): as the
+        run began."""
+        try:
+            return await self.budgets.still_unlimited(self.user_id, self.role)
+        except Exception as exc:
+            log.warning("budget.recheck_failed user=%s: %s", self.user_id, exc)
+            return True
 
     def _waiting(self, max_tokens: int) -> int:
         """The call is about to go out: the message's slot is free while it waits."""

@@ -187,6 +187,14 @@ class Store:
                 await self._release_writer()
                 raise
 
+    async def look_elsewhere(self) -> None:
+        """SQLite: see now whether another process wrote since the last look,
+        as a message's intake does (`write(fresh=True)` with nothing written:
+        no BEGIN is sent); PostgreSQL's instances hear it instead."""
+        if self._write_lock is not None:
+            async with self.write(fresh=True):
+                pass
+
     @asynccontextmanager
     async def write_one(self, *, urgent: bool = False) -> AsyncIterator[AsyncSession]:
         """A session for one write statement, atomic by itself (several parts

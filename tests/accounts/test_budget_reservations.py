@@ -1,14 +1,21 @@
 """Budget reservations: no token is spent that the allowance did not allow, even
-with many messages of one user at once, and one run cannot spend a month."""
+with many messages of one user at once, and one run cannot spend a month; a
+limit set while an unlimited run goes on counts from its next LLM call."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from sqlmodel import select
 
+from bot.accounts.budgets import Budgets
+from bot.store.coordination import ACCOUNT
 from bot.store.models import Budget, TokenLog
+from tests.conftest import Database
 from tests.fakes.anthropic import FakeUsage, text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
 from tests.probes import ProbeTool
@@ -75,3 +82,65 @@ async def test_one_looping_run_is_stopped_at_the_run_cap(make_app, fake_anthropi
     assert outcome.status == "refused"
     assert "one run may use" in adapter.sent[-1].text
     assert charged <= 20_000 and len(calls) < 50
+
+
+@pytest.mark.parametrize("where", ["here", "another process"])
+async def test_a_limit_set_while_an_unlimited_run_goes_on_stops_it_at_the_next_call(
+    make_app, fake_anthropic, database: Database, where: str
+):
+    heard = asyncio.Event()
+
+    async def limited_at_the_third_step(tool: ProbeTool, args: Mapping[str, Any]) -> str:
+        if len(tool.calls) == 3:  # an operator sets the allowance to what is spent
+            used = (await spent(app))[0]
+            if where == "here":
+                await s.budgets.set_limit(user.id, "fixed", used)
+            else:  # as `switchboard admin budget set` does, in its own process
+                other = database.store()
+                try:
+                    await Budgets(other, app.settings.budgets).set_limit(user.id, "fixed", used)
+                finally:
+                    await other.dispose()
+                if not s.store.is_sqlite:  # PostgreSQL: once the notice is heard
+                    await asyncio.wait_for(heard.wait(), 10)
+        return "stepped"
+
+    step = ProbeTool("step", behaviour=limited_at_the_third_step)
+    app = await make_app(tools=[step], budgets={"guest": "unlimited"}, llm={"max_iterations": 10})
+    s = app.pipeline.s
+    user = await s.identity.resolve(message("hi"))
+    s.coordination.subscribe(
+        lambda kind, key: heard.set() if (kind, key) == (ACCOUNT, str(user.id)) else None
+    )
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    fake_anthropic.responder = lambda body: tool_use_reply(
+        tool_call("step"), usage=FakeUsage(input_tokens=1000, output_tokens=10)
+    )
+    outcome = await app.pipeline.handle(message("loop"))
+
+    assert outcome.status == "refused"
+    assert "not enough tokens left" in adapter.sent[-1].text
+    assert fake_anthropic.request_count == 3  # no call after the limit was set
+    charged, reserved, calls = await spent(app)
+    assert charged == sum(calls) == 3 * 1010 and reserved == 0
+
+
+async def test_a_budget_that_cannot_be_read_again_mid_run_leaves_it_as_it_began(
+    make_app, fake_anthropic, monkeypatch, caplog
+):
+    """The database fails when a run that began unlimited asks again: the run
+    goes on (it passed its check as it began), and the operator is told."""
+    app = await make_app(budgets={"guest": "unlimited"})
+    app.attach(RecordingAdapter())
+
+    async def unreadable(*_: Any) -> bool:
+        raise OSError("disk I/O error")
+
+    monkeypatch.setattr(app.pipeline.s.budgets, "still_unlimited", unreadable)
+    fake_anthropic.script(tool_use_reply(tool_call("current_time")), text_reply("done"))
+    with caplog.at_level(logging.WARNING, logger="switchboard.budget"):
+        outcome = await app.pipeline.handle(message("what time is it"))
+    assert outcome.status == "answered"
+    assert fake_anthropic.request_count == 2
+    assert "budget.recheck_failed" in caplog.text and "disk I/O error" in caplog.text

@@ -149,6 +149,34 @@ async def test_a_change_made_while_the_database_cut_every_connection_still_count
     assert len(listening) >= 2, it.service.log_text  # and it listens again
 
 
+async def test_a_budget_set_with_the_cli_counts_from_the_next_llm_call_of_a_run_going_on(
+    database: Database, tmp_path: Path
+) -> None:
+    """A run that began unlimited makes another LLM call for a message that
+    joined it: a budget set with the CLI while the first call went on
+    counts there (that call is not made; the user is told)."""
+    async with running(database, tmp_path) as it:
+
+        def slow_first(body: dict[str, Any]) -> MessageReply:
+            said = last_user_text(body)
+            return text_reply(f"re: {said}", delay=4.0 if said == "slow" else 0.0)
+
+        it.model.responder = slow_first
+        assert await it.chat.say("hello") == "re: hello"
+        answering = asyncio.create_task(it.chat.say("slow"))
+        await wait_for(lambda: it.model.request_count == 2, "the slow call", it.service)
+        it.chat.said += 1
+        joining = dm_event("D1", "U1", "and this", f"1700000001.{it.chat.said:06d}")
+        await it.chat.sender.deliver(joining)  # the run takes it after the slow call
+        await admin(database, "budget", "set", "slack:U1", "1")
+        assert not answering.done(), "the CLI took longer than the slow call's 4 s"
+        assert USED_UP in await answering
+        assert it.model.request_count == 2  # the next call was not made
+        await asyncio.sleep(1.0)
+        assert it.model.request_count == 2
+        assert len(replies_in(it.chat.slack, "D1")) == 2, replies_in(it.chat.slack, "D1")
+
+
 def with_tools(body: dict[str, Any]) -> MessageReply:
     """The model: saves what it is asked to remember ("remember …"), schedules
     a wakeup asked for ("wake me in …"), says "noted" once the tool answered,
