@@ -37,7 +37,9 @@ async def take_conversation(
                 log.warning("lease.relabel_failed lease=%s: %s", early.held.name, exc)
         return early.held, list(early.waiting), early.created
     if source == "user":
-        async with s.store.write() as session:
+        # no lease taken at intake: the message waited for its turn; what
+        # another process changed meanwhile (an operator's CLI) is known first
+        async with s.store.write(fresh=True) as session:
             held, waiting = await take_with_waiting(session, s.leases, s.inbox, key, user_id)
             return held, waiting, False
     name = CONVERSATION_LEASE + key

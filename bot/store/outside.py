@@ -13,8 +13,9 @@ nothing would go on being spent until the cached limit expired:
   under the write lock, before BEGIN: `OutsideWrites.look`), its first write,
   so a change committed before the message arrived is known before the
   message is resolved, and the watchers (`watch`) drop what they cached; so
-  do a wakeup's claim (a wakeup is its owner's next message) and the claim of
-  messages recovered from the inbox. No
+  do a wakeup's claim (a wakeup is its owner's next message), the claim of
+  messages recovered from the inbox (the recovery sweep's, every few seconds)
+  and the lease taken by a message that waited for its conversation's turn. No
   rows are read; it costs a few microseconds, and is not one of the
   statements the benchmarks count. This process's own reads and side
   checkpoints (PASSIVE) are no news; another process's TRUNCATE checkpoint

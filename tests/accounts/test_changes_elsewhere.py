@@ -29,7 +29,7 @@ from tests.fakes.anthropic import (
     text_reply,
     tool_use_reply,
 )
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import BOT_USER_ID, FakeSlack, event_body
 from tests.pipeline.test_crash_recovery import dm_event, replies_in, wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
@@ -175,6 +175,54 @@ async def test_a_budget_set_with_the_cli_counts_from_the_next_llm_call_of_a_run_
         await asyncio.sleep(1.0)
         assert it.model.request_count == 2
         assert len(replies_in(it.chat.slack, "D1")) == 2, replies_in(it.chat.slack, "D1")
+
+
+def in_thread(user: str, text: str, ts: str) -> dict[str, Any]:
+    """A reply in thread THREAD of channel C1, @mentioning the bot: one
+    conversation, whoever writes."""
+    return event_body(
+        {
+            "type": "message",
+            "channel": "C1",
+            "channel_type": "channel",
+            "user": user,
+            "text": f"<@{BOT_USER_ID}> {text}",
+            "ts": ts,
+            "thread_ts": THREAD,
+            "event_ts": ts,
+        }
+    )
+
+
+THREAD = "1700000000.000001"
+
+
+async def test_a_budget_set_with_the_cli_counts_for_a_message_that_waited_for_its_turn(
+    database: Database, tmp_path: Path
+) -> None:
+    """Another user's message in a thread whose run is going on waits for the
+    next run: a budget set with the CLI while it waited counts when its turn
+    comes (no LLM call). (The recovery sweep, which looks for other processes'
+    writes too, is kept out of the way.)"""
+    async with running(database, tmp_path, SWITCHBOARD__INBOX__SWEEP_SECONDS="600") as it:
+        slack, sender = it.chat.slack, it.chat.sender
+
+        def slow_for_ann(body: dict[str, Any]) -> MessageReply:
+            said = last_user_text(body)  # "[U1] slow": who said it, in a channel
+            return text_reply(f"re: {said}", delay=4.0 if said.endswith(" slow") else 0.0)
+
+        it.model.responder = slow_for_ann
+        await sender.deliver(in_thread("U2", "hello", "1700000002.000001"))
+        await wait_for(lambda: len(replies_in(slack, "C1")) == 1, "bob's hello", it.service)
+        await sender.deliver(in_thread("U1", "slow", "1700000002.000002"))
+        await wait_for(lambda: it.model.request_count == 2, "ann's slow call", it.service)
+        await sender.deliver(in_thread("U2", "and me", "1700000002.000003"))  # waits
+        await admin(database, "budget", "set", "slack:U2", "1")
+        assert len(replies_in(slack, "C1")) == 1, "the CLI took longer than the slow call's 4 s"
+        await wait_for(lambda: len(replies_in(slack, "C1")) == 3, "both answers", it.service)
+        assert replies_in(slack, "C1")[1] == "re: [U1] slow"
+        assert USED_UP in replies_in(slack, "C1")[2]
+        assert it.model.request_count == 2  # refused before any LLM call
 
 
 def with_tools(body: dict[str, Any]) -> MessageReply:
