@@ -7,9 +7,9 @@
   listens again, callbacks hear `MISSED` (what was sent meanwhile is lost).
   SQLite has no notifications: callers fall back to polling (the recovery
   sweep).
-- `announce_account`: a user's account, role, budget or memories changed; sent in the
-  change's own transaction (PostgreSQL), so every instance drops what it
-  cached of that user when it commits (SQLite: `bot.store.outside`).
+- `announce_account`: a user's account, role, budget or memories changed;
+  sent in the change's own transaction (PostgreSQL), so every instance drops
+  what it cached of that user when it commits (SQLite: `bot.store.outside`).
 - `leadership(name)`: one holder across instances. On PostgreSQL, a session
   advisory lock held on its own connection: it is released the moment that
   process dies (its connection closes), so another instance takes over within
@@ -63,9 +63,9 @@ def _payload(schema: str | None, kind: str, key: str) -> str:
 
 async def announce_account(session: AsyncSession, store: Store, user_id: int) -> None:
     """Tell every instance, when `session`'s transaction commits, that the
-    account of `user_id` changed (role, budget, links, a memory saved), so that none goes on
-    trusting what it cached of it (PostgreSQL; on SQLite the writer sees
-    another process's commit itself, `bot.store.outside`)."""
+    account of `user_id` changed (role, budget, links, a memory saved), so
+    that none goes on trusting what it cached of it (PostgreSQL; on SQLite
+    the writer sees another process's commit itself, `bot.store.outside`)."""
     if store.dialect == "postgresql":
         params = {"channel": CHANNEL, "payload": _payload(store.schema, ACCOUNT, str(user_id))}
         await execute(session, _NOTIFY, params)
