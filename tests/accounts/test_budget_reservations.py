@@ -101,15 +101,15 @@ async def test_a_limit_set_while_an_unlimited_run_goes_on_stops_it_at_the_next_c
                     await Budgets(other, app.settings.budgets).set_limit(user.id, "fixed", used)
                 finally:
                     await other.dispose()
-                if not s.store.is_sqlite:  # PostgreSQL: once the notice is heard
-                    await asyncio.wait_for(heard.wait(), 10)
+                if not s.store.is_sqlite:  # PostgreSQL: once the notice is heard,
+                    await asyncio.wait_for(heard.wait(), 5)  # well within the cache's TTL
         return "stepped"
 
     step = ProbeTool("step", behaviour=limited_at_the_third_step)
     app = await make_app(tools=[step], budgets={"guest": "unlimited"}, llm={"max_iterations": 10})
     s = app.pipeline.s
     user = await s.identity.resolve(message("hi"))
-    s.coordination.subscribe(
+    await s.coordination.listen(  # as the running service does (PostgreSQL)
         lambda kind, key: heard.set() if (kind, key) == (ACCOUNT, str(user.id)) else None
     )
     adapter = RecordingAdapter()
