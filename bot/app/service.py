@@ -34,7 +34,7 @@ from bot.agent.guard import Guard
 from bot.agent.loop import AgentLoop
 from bot.app.counted import CountedProvider
 from bot.app.health import DatabaseHealth
-from bot.app.wiring import build_extras, forget_changes_elsewhere
+from bot.app.wiring import build_extras, forget_changes_elsewhere, sync_jobs_changed_elsewhere
 from bot.commands.actions import action_commands
 from bot.commands.core import core_commands
 from bot.commands.registry import Commands, CommandSpec
@@ -196,6 +196,7 @@ class App:
             self.metrics,
         )
         self.scheduler = extras.scheduler
+        sync_jobs_changed_elsewhere(self.store, coordination, self.scheduler)
         self.ops = extras.ops
         tools = ToolRegistry(
             [

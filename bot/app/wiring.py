@@ -27,7 +27,7 @@ from bot.scheduling.jobs import Jobs
 from bot.scheduling.scheduler import Scheduler
 from bot.scheduling.wakeups import Clock, Wakeups
 from bot.store import Store
-from bot.store.coordination import ACCOUNT, MISSED, Coordination
+from bot.store.coordination import ACCOUNT, JOBS, MISSED, Coordination
 from bot.store.leases import Leases
 from bot.tools.schedule import schedule_tools
 from bot.types import utcnow
@@ -106,4 +106,22 @@ def forget_changes_elsewhere(
             everything()
 
     store.outside.watch(everything)
+    coordination.subscribe(heard)
+
+
+def sync_jobs_changed_elsewhere(
+    store: Store, coordination: Coordination, scheduler: Scheduler
+) -> None:
+    """The scheduler syncs as soon as a job may have changed in another
+    process (`switchboard jobs resume`, another instance's agent): on SQLite
+    when the writer sees another process's commit (at a message's start or
+    the recovery sweep's, every few seconds), on PostgreSQL at the job's
+    notice (`bot.store.coordination.announce_jobs`), or when notices were
+    missed."""
+
+    def heard(kind: str, _key: str) -> None:
+        if kind in (JOBS, MISSED):
+            scheduler.sync_soon()
+
+    store.outside.watch(scheduler.sync_soon)
     coordination.subscribe(heard)

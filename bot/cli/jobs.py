@@ -3,7 +3,9 @@
     switchboard jobs list [--all]
     switchboard jobs pause|resume|remove ID
 
-Changes are audited as "cli:<os user>"; a running service picks them up within
+Changes are audited as "cli:<os user>"; a running service picks them up at
+once on PostgreSQL (their notice), within a few seconds on SQLite (when its
+writer next looks for other processes' writes), at worst within
 `[scheduler] sync_seconds`.
 """
 

@@ -26,6 +26,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.scheduling.parse import TriggerKind, TriggerSpec
 from bot.store import Store
+from bot.store.coordination import announce_jobs
 from bot.store.models import Conversation, ScheduledJob
 from bot.types import utcnow
 
@@ -91,6 +92,8 @@ class Jobs:
         async with self._store.write() as session:
             session.add(job)
             await session.flush()
+            assert job.id is not None
+            await announce_jobs(session, self._store, job.id)
         return job
 
     async def get(self, job_id: int) -> ScheduledJob | None:
@@ -308,6 +311,7 @@ class Jobs:
             job.updated_at = now
             session.add(job)
             await session.flush()
+            await announce_jobs(session, self._store, job_id)
             return job
 
     async def pause_owner(self, owner_user_id: int, reason: str, now: datetime) -> list[int]:

@@ -1,9 +1,10 @@
 """Scheduled wakeups on APScheduler 3 (`AsyncIOScheduler`, in-memory job store).
 
 The `scheduled_jobs` table is the source of truth; APScheduler is the alarm
-clock. At start, and every `sync_seconds`, the memory store is rebuilt from
-the table for the platforms this process serves (so `switchboard jobs …` from
-another process, or another instance, takes effect). Each job is registered
+clock. At start, every `sync_seconds`, and as soon as a change made in another
+process is seen (`sync_soon`: `switchboard jobs …`, another instance; see
+`bot.app.wiring.sync_jobs_changed_elsewhere`), the memory store is rebuilt
+from the table for the platforms this process serves. Each job is registered
 with its own trigger and the stored `next_run_at`; a job that came due while
 the service was down is registered to fire at once, and `Wakeups.run` decides
 with the scheduler's clock: within `misfire_grace_seconds` it runs once
@@ -79,6 +80,8 @@ class Scheduler:
         self._aps: AsyncIOScheduler | None = None
         self._known: dict[int, int] = {}  # job id → version registered
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._syncing: asyncio.Task[None] | None = None
+        self._sync_again = False
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -261,6 +264,34 @@ class Scheduler:
             await asyncio.sleep(0)  # a pass through the loop between batches
         for job_id in known - set(versions):
             self._unregister(job_id)
+
+    def sync_soon(self) -> None:
+        """Sync now, in the background, not at the next `sync_seconds`: a job
+        changed in another process (the CLI, another instance). Asked while
+        one runs: one more after it."""
+        if self._aps is None:
+            return
+        if self._syncing is not None and not self._syncing.done():
+            self._sync_again = True
+            return
+        self._syncing = asyncio.get_running_loop().create_task(self._sync_until_quiet())
+
+    async def _sync_until_quiet(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            again = True
+            while again and self._aps is not None:
+                self._sync_again = False
+                try:
+                    await self.sync()
+                except Exception:
+                    log.exception("scheduler.sync_failed (asked by a change elsewhere)")
+                again = self._sync_again
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
 
     async def _refresh(self, job_id: int) -> None:
         job = await self.jobs.get(job_id)

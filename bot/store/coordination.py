@@ -10,6 +10,9 @@
 - `announce_account`: a user's account, role, budget or memories changed;
   sent in the change's own transaction (PostgreSQL), so every instance drops
   what it cached of that user when it commits (SQLite: `bot.store.outside`).
+- `announce_jobs`: a scheduled job was created, paused, resumed or removed;
+  sent the same way, so every instance's scheduler syncs at once (SQLite: the
+  writer's look, `bot.store.outside`).
 - `leadership(name)`: one holder across instances. On PostgreSQL, a session
   advisory lock held on its own connection: it is released the moment that
   process dies (its connection closes), so another instance takes over within
@@ -50,6 +53,8 @@ MISSED = "missed"
 sent meanwhile never arrive (caches drop everything, the sweep runs)."""
 ACCOUNT = "account"
 """A notification's kind: a user's account changed (its key: the user id)."""
+JOBS = "jobs"
+"""A notification's kind: a scheduled job changed (its key: the job id)."""
 _NOTIFY = select(func.pg_notify(bindparam("channel"), bindparam("payload")))
 
 
@@ -66,8 +71,20 @@ async def announce_account(session: AsyncSession, store: Store, user_id: int) ->
     account of `user_id` changed (role, budget, links, a memory saved), so
     that none goes on trusting what it cached of it (PostgreSQL; on SQLite
     the writer sees another process's commit itself, `bot.store.outside`)."""
+    await _announce(session, store, ACCOUNT, str(user_id))
+
+
+async def announce_jobs(session: AsyncSession, store: Store, job_id: int) -> None:
+    """Tell every instance, when `session`'s transaction commits, that job
+    `job_id` changed (created, paused, resumed, removed), so that each
+    scheduler syncs now, not at its next `sync_seconds` (PostgreSQL; SQLite:
+    `bot.store.outside`)."""
+    await _announce(session, store, JOBS, str(job_id))
+
+
+async def _announce(session: AsyncSession, store: Store, kind: str, key: str) -> None:
     if store.dialect == "postgresql":
-        params = {"channel": CHANNEL, "payload": _payload(store.schema, ACCOUNT, str(user_id))}
+        params = {"channel": CHANNEL, "payload": _payload(store.schema, kind, key)}
         await execute(session, _NOTIFY, params)
 
 

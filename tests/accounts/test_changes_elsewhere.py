@@ -11,6 +11,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from sqlalchemy import text
 from sqlmodel import select
 
 from bot.store.models import ScheduledJob
+from bot.types import utcnow
 from tests.cli.test_e2e_chat import run_cli
 from tests.conftest import POSTGRES_URL, TEST_API_KEY, Database
 from tests.fakes.anthropic import (
@@ -38,14 +40,19 @@ pytestmark = pytest.mark.timeout(180)
 USED_UP = "used up your token allowance"
 
 
-async def admin(database: Database, *args: str) -> str:
-    """`switchboard admin …` in a process of its own, on the service's database."""
+async def switchboard(database: Database, *args: str) -> str:
+    """`switchboard …` in a process of its own, on the service's database."""
     env = {"SWITCHBOARD__DATABASE__URL": database.url}
     if database.schema:
         env["SWITCHBOARD__DATABASE__SCHEMA_NAME"] = database.schema
-    done = await asyncio.to_thread(run_cli, ["admin", *args], env=env, api_key=None)
+    done = await asyncio.to_thread(run_cli, list(args), env=env, api_key=None)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+async def admin(database: Database, *args: str) -> str:
+    """`switchboard admin …`, as an operator runs it beside the service."""
+    return await switchboard(database, "admin", *args)
 
 
 class Chat:
@@ -241,15 +248,47 @@ def with_tools(body: dict[str, Any]) -> MessageReply:
     return text_reply(f"re: {said}")
 
 
-async def job_outcome(database: Database) -> str | None:
-    """The last outcome of the only scheduled job."""
+async def the_job(database: Database) -> ScheduledJob:
+    """The only scheduled job, as stored."""
     store = database.store()
     try:
         async with store.read() as session:
-            job = (await session.exec(select(ScheduledJob))).one()
+            return (await session.exec(select(ScheduledJob))).one()
     finally:
         await store.dispose()
-    return job.last_status
+
+
+async def job_outcome(database: Database) -> str | None:
+    """The last outcome of the only scheduled job."""
+    return (await the_job(database)).last_status
+
+
+async def test_a_job_resumed_with_the_cli_fires_without_waiting_for_the_scheduler_sync(
+    database: Database, tmp_path: Path
+) -> None:
+    """A one-time wakeup paused with the CLI past its time, then resumed, runs
+    at once: the service syncs its schedule when it sees the change (SQLite:
+    within the recovery sweep's few seconds; PostgreSQL: the notice), not
+    after `sync_seconds` (here longer than the test)."""
+    async with running(
+        database,
+        tmp_path,
+        SWITCHBOARD__SCHEDULER__MAX_JOBS__GUEST="5",
+        SWITCHBOARD__SCHEDULER__SYNC_SECONDS="600",
+    ) as it:
+        it.model.responder = with_tools
+        assert await it.chat.say("wake me in 8 seconds") == "noted"
+        job = await the_job(database)
+        await switchboard(database, "jobs", "pause", str(job.id))
+        assert await job_outcome(database) is None, "the CLI took longer than the job's 8 s"
+        assert job.next_run_at is not None
+        past_due = job.next_run_at + timedelta(seconds=1) - utcnow()
+        await asyncio.sleep(max(past_due.total_seconds(), 0))  # its time passes, paused
+        calls = it.model.request_count
+        await switchboard(database, "jobs", "resume", str(job.id))  # due: it runs at once
+        await wait_for(lambda: it.model.request_count > calls, "the wakeup", it.service, 30)
+        await wait_for(lambda: len(replies_in(it.chat.slack, "D1")) == 2, "its reply", it.service)
+        assert "say hi" in replies_in(it.chat.slack, "D1")[-1]
 
 
 async def test_a_budget_set_with_the_cli_counts_from_the_next_wakeup(

@@ -6,12 +6,14 @@ except in the test that proves the real APScheduler timer fires."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.events import EVENT_JOB_MISSED, JobExecutionEvent
 from sqlmodel import col, select
 
+from bot.scheduling.jobs import Jobs
 from bot.scheduling.parse import TriggerSpec
 from bot.store.models import DeliveryFailure, Run, TokenLog
 from bot.types import IncomingMessage, Outcome, Reply, utcnow
@@ -377,3 +379,53 @@ async def test_operator_changes_reach_a_running_scheduler(make_app, fake_anthrop
     assert app.scheduler.next_fire(created.id) == T0 + timedelta(hours=2)
     async with app.store.read() as s:
         assert (await s.exec(select(col(Run.id)))).all() == []
+
+
+async def test_a_job_changed_in_another_process_is_synced_as_soon_as_it_is_seen(
+    make_app, fake_anthropic, database
+):
+    """`switchboard jobs pause` in its own process: the running scheduler syncs
+    when it sees the change (SQLite: the writer's next look, as a message's
+    start makes; PostgreSQL: the job's notice), not at `sync_seconds`."""
+    clock = FakeClock()
+    app, _ = await started(make_app, clock)
+    await app.pipeline.s.coordination.listen(lambda *_: None)  # as the service does
+    created = await add_job(app, "every 1h")
+    assert created.id is not None and app.scheduler.next_fire(created.id) is not None
+    other = database.store()
+    try:
+        await Jobs(other).change(created.id, "pause", clock.now)
+    finally:
+        await other.dispose()
+    await app.store.look_elsewhere()  # SQLite: what the next message's intake does
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5  # well within sync_seconds (30 s)
+    while app.scheduler.next_fire(created.id) is not None:
+        assert loop.time() < deadline, "the change was not synced"
+        await asyncio.sleep(0.02)
+
+
+async def test_syncs_asked_meanwhile_make_one_more_and_a_failed_one_is_logged(
+    make_app, fake_anthropic, monkeypatch, caplog
+):
+    clock = FakeClock()
+    app, _ = await started(make_app, clock)
+    scheduler = app.scheduler
+    real, runs = scheduler.sync, []
+
+    async def sync() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            await asyncio.sleep(0.05)  # still running when the others ask
+            raise OSError("database is locked")
+        await real()
+
+    monkeypatch.setattr(scheduler, "sync", sync)
+    with caplog.at_level(logging.ERROR, logger="switchboard.scheduler"):
+        for _ in range(3):
+            scheduler.sync_soon()
+        await asyncio.sleep(0)
+        scheduler.sync_soon()
+        await app.scheduler.stop()  # lets the syncs under way finish
+    assert len(runs) == 2  # the first, then one for all asked while it ran
+    assert "scheduler.sync_failed" in caplog.text and "database is locked" in caplog.text
