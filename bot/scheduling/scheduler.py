@@ -277,21 +277,11 @@ class Scheduler:
         self._syncing = asyncio.get_running_loop().create_task(self._sync_until_quiet())
 
     async def _sync_until_quiet(self) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-        try:
-            again = True
-            while again and self._aps is not None:
-                self._sync_again = False
-                try:
-                    await self.sync()
-                except Exception:
-                    log.exception("scheduler.sync_failed (asked by a change elsewhere)")
-                again = self._sync_again
-        finally:
-            if task is not None:
-                self._tasks.discard(task)
+        again = True
+        while again and self._aps is not None:
+            self._sync_again = False
+            await self._tracked(self.sync)  # `stop` waits for it; a failure is logged
+            again = self._sync_again
 
     async def _refresh(self, job_id: int) -> None:
         job = await self.jobs.get(job_id)
