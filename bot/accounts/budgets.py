@@ -139,11 +139,17 @@ class Budgets:
         _, mode, tokens = cached
         return mode if self._allowance(mode, tokens, role) is None else None
 
-    async def still_unlimited(self, user_id: int, role: Role) -> bool:
-        """For a run that began with an unlimited budget, before another LLM
-        call: whether it still is. A limit set meanwhile, here or by another
-        process (the CLI, another instance), counts from that call."""
+    async def look_elsewhere(self) -> None:
+        """Before a run's next LLM call: drop what another process changed
+        since (SQLite looks; PostgreSQL's instances hear it), so that a limit
+        or a role set meanwhile (the CLI, another instance) counts from that
+        call."""
         await self._store.look_elsewhere()
+
+    async def unlimited_now(self, user_id: int, role: Role) -> bool:
+        """For a run going on, before another LLM call (after `look_elsewhere`):
+        whether the user's budget is unlimited now, for their `role` now. No
+        read while the cached limit is known (a change to it drops it)."""
         if self._known_unlimited(user_id, role) is not None:
             return True
         return (await self.status(user_id, role)).limit is None

@@ -141,6 +141,22 @@ class Identity:
             return cached[1]
         return None
 
+    async def role_now(self, user: UserRecord) -> Role:
+        """`user`'s role as known now, for a run that goes on (before its next
+        LLM call): the cached account while it is fresh (a role change, made
+        here, with the CLI or on another instance, drops it), else read again.
+        The run's role when the account is gone or now belongs to another user
+        (linked to it meanwhile)."""
+        cached = self._fresh(user.platform, user.platform_user_id, None, None)
+        if cached is not None:
+            return cached.role if cached.id == user.id else user.role
+        found = await self._find(user.platform, user.platform_user_id)
+        if found is None or found.user_id != user.id:
+            return user.role
+        if user.handle in self._owners:
+            return Role.OWNER
+        return Role(found.role)
+
     async def resolve_account(
         self,
         platform: str,

@@ -1,7 +1,11 @@
 """The budget meter of one run (`bot.ports.Meter`): reserve before each LLM
 call, settle after it, and a cap on what one run may spend. A run that began
 with an unlimited budget reserves nothing, unless a limit is set while it
-goes on: from its next call it reserves as any other.
+goes on: from its next call it reserves as any other. The user's role is
+looked at again before each call after the first (`role_now`, cached: no read
+unless a change dropped it), so a role changed while the run goes on counts
+from its next call too: an owner made a user reserves from their allowance,
+with that role's.
 
 The estimate of a call is its input (counted from the request) plus the
 output it may write (`max_tokens`). When the allowance left is smaller than
@@ -14,6 +18,7 @@ charges it (`take_owed`), so spent tokens are always charged.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bot.accounts.budgets import Budgets, Hold
@@ -51,6 +56,8 @@ class RunMeter:
     """False for unlimited budgets: nothing to reserve, only the run cap
     applies (until a limit is set while the run goes on)."""
     run_cap: int | None
+    role_now: Callable[[], Awaitable[Role]] | None = None
+    """The user's role now (`Identity.role_now`); None: the run keeps `role`."""
     spent: int = 0
     """Tokens this run's calls used so far."""
     calls: int = 0
@@ -68,8 +75,8 @@ class RunMeter:
                 )
             max_tokens = min(max_tokens, room)
         self.calls += 1
-        if not self.limited and self.calls > 1:  # the first: checked as the run began
-            self.limited = not await self._still_unlimited()
+        if self.calls > 1:  # the first: checked as the run began
+            await self._recheck()
         if not self.limited:
             return self._waiting(max_tokens)
         hold = await self.budgets.reserve(self.user_id, self.role, needed + max_tokens)
@@ -85,16 +92,28 @@ class RunMeter:
         self._hold = hold
         return self._waiting(max_tokens)
 
-    async def _still_unlimited(self) -> bool:
-        """Whether no limit was set since the run began (an operator may have
-        set one: an unlimited budget costs no read then, its cached limit is
-        dropped by such a change). Not known (the database failing): as the
-        run began."""
+    async def _recheck(self) -> None:
+        """Whether a limit was set or the role changed since the run began (an
+        operator may have): an unlimited budget and a known role cost no read,
+        a change drops what is cached. Not known (the database failing): the
+        run goes on as it began."""
         try:
-            return await self.budgets.still_unlimited(self.user_id, self.role)
+            await self.budgets.look_elsewhere()
+            role = self.role if self.role_now is None else await self.role_now()
+            if role is self.role and self.limited:
+                return  # each call's reservation reads the limit anyway
+            unlimited = await self.budgets.unlimited_now(self.user_id, role)
         except Exception as exc:
             log.warning("budget.recheck_failed user=%s: %s", self.user_id, exc)
-            return True
+            return
+        if role is not self.role:
+            log.info(
+                "budget.role_changed user=%s %s -> %s: counts from this call",
+                self.user_id,
+                self.role.value,
+                role.value,
+            )
+        self.role, self.limited = role, not unlimited
 
     def _waiting(self, max_tokens: int) -> int:
         """The call is about to go out: the message's slot is free while it waits."""

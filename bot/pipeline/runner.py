@@ -227,7 +227,14 @@ class Runner:
     def _meter(self, user: UserRecord, limit: int | None) -> RunMeter:
         config = self.s.settings.budgets
         cap = config.run_cap(limit)
-        return RunMeter(self.s.budgets, user.id, user.role, limit is not None, cap)
+        return RunMeter(
+            self.s.budgets,
+            user.id,
+            user.role,
+            limit is not None,
+            cap,
+            lambda: self.s.identity.role_now(user),
+        )
 
     # -- building the run ---------------------------------------------------
 

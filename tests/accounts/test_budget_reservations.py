@@ -1,6 +1,7 @@
 """Budget reservations: no token is spent that the allowance did not allow, even
 with many messages of one user at once, and one run cannot spend a month; a
-limit set while an unlimited run goes on counts from its next LLM call."""
+limit set, or a role changed, while an unlimited run goes on counts from its
+next LLM call."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlmodel import select
 
 from bot.accounts.budgets import Budgets
+from bot.accounts.directory import Directory
+from bot.accounts.identity import Identity
 from bot.store.coordination import ACCOUNT
 from bot.store.models import Budget, TokenLog
+from bot.types import Role
 from tests.conftest import Database
 from tests.fakes.anthropic import FakeUsage, text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
@@ -126,6 +131,72 @@ async def test_a_limit_set_while_an_unlimited_run_goes_on_stops_it_at_the_next_c
     assert charged == sum(calls) == 3 * 1010 and reserved == 0
 
 
+@pytest.mark.parametrize("where", ["here", "another process"])
+async def test_a_role_changed_while_an_unlimited_run_goes_on_counts_from_the_next_call(
+    make_app, fake_anthropic, database: Database, where: str
+):
+    """An unlimited user made a guest (a small allowance) while their tool loop
+    goes on: the next call reserves from the guest's allowance, and is refused."""
+    heard = asyncio.Event()
+
+    async def demoted_at_the_third_step(tool: ProbeTool, args: Mapping[str, Any]) -> str:
+        if len(tool.calls) == 3:
+            if where == "here":  # as the /role command does
+                await Directory(app.store, s.identity).set_role(user.id, Role.GUEST)
+            else:  # as `switchboard admin role set` does, in its own process
+                other = database.store()
+                try:
+                    await Directory(other, Identity(other, ())).set_role(user.id, Role.GUEST)
+                finally:
+                    await other.dispose()
+                if not s.store.is_sqlite:  # PostgreSQL: once the notice is heard
+                    await asyncio.wait_for(heard.wait(), 5)
+        return "stepped"
+
+    step = ProbeTool("step", behaviour=demoted_at_the_third_step)
+    app = await make_app(
+        tools=[step], budgets={"user": "unlimited", "guest": 100}, llm={"max_iterations": 10}
+    )
+    s = app.pipeline.s
+    user = await s.identity.resolve(message("hi"))
+    await Directory(app.store, s.identity).set_role(user.id, Role.USER)
+    await s.coordination.listen(
+        lambda kind, key: heard.set() if (kind, key) == (ACCOUNT, str(user.id)) else None
+    )
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    fake_anthropic.responder = lambda body: tool_use_reply(
+        tool_call("step"), usage=FakeUsage(input_tokens=1000, output_tokens=10)
+    )
+    outcome = await app.pipeline.handle(message("loop"))
+
+    assert outcome.status == "refused"
+    assert "not enough tokens left" in adapter.sent[-1].text
+    assert fake_anthropic.request_count == 3  # no call after the role changed
+    charged, reserved, calls = await spent(app)
+    assert charged == sum(calls) == 3 * 1010 and reserved == 0
+
+
+async def test_a_role_unchanged_costs_a_tool_loop_no_read_per_call(make_app, fake_anthropic):
+    """Rechecking before each call reads nothing while the cached account and
+    limit hold: a limited user's loop reads only what its reservations do."""
+    step = ProbeTool("step")
+    app = await make_app(tools=[step], budgets={"guest": 200_000}, llm={"max_iterations": 4})
+    app.attach(RecordingAdapter())
+    reads: list[str] = []
+    event.listen(
+        app.store.engine.sync_engine,
+        "before_cursor_execute",
+        lambda _c, _cur, sql, *_: (
+            reads.append(sql) if "platform_links.platform_user_id =" in sql else None
+        ),
+    )
+    fake_anthropic.responder = lambda body: tool_use_reply(tool_call("step"))
+    await app.pipeline.handle(message("loop"))
+    assert fake_anthropic.request_count == 4
+    assert len(reads) == 1  # the look for the account as it came in (new), never again
+
+
 async def test_a_budget_that_cannot_be_read_again_mid_run_leaves_it_as_it_began(
     make_app, fake_anthropic, monkeypatch, caplog
 ):
@@ -137,7 +208,7 @@ async def test_a_budget_that_cannot_be_read_again_mid_run_leaves_it_as_it_began(
     async def unreadable(*_: Any) -> bool:
         raise OSError("disk I/O error")
 
-    monkeypatch.setattr(app.pipeline.s.budgets, "still_unlimited", unreadable)
+    monkeypatch.setattr(app.pipeline.s.budgets, "unlimited_now", unreadable)
     fake_anthropic.script(tool_use_reply(tool_call("current_time")), text_reply("done"))
     with caplog.at_level(logging.WARNING, logger="switchboard.budget"):
         outcome = await app.pipeline.handle(message("what time is it"))
