@@ -279,6 +279,7 @@ class Jobs:
             job.version += 1
             session.add(job)
             await session.flush()
+            await announce_jobs(session, self._store, job_id)
             return job
 
     async def change(
@@ -332,7 +333,10 @@ class Jobs:
                 job.version += 1
                 job.updated_at = now
                 session.add(job)
-        return [job.id for job in jobs if job.id is not None]
+            paused = [job.id for job in jobs if job.id is not None]
+            if paused:  # one notice: a scheduler syncs every job at it
+                await announce_jobs(session, self._store, paused[0])
+        return paused
 
     async def paused_for(self, reason: str, platforms: Collection[str]) -> Sequence[ScheduledJob]:
         async with self._store.read() as session:

@@ -76,7 +76,9 @@ async def announce_account(session: AsyncSession, store: Store, user_id: int) ->
 
 async def announce_jobs(session: AsyncSession, store: Store, job_id: int) -> None:
     """Tell every instance, when `session`'s transaction commits, that job
-    `job_id` changed (created, paused, resumed, removed), so that each
+    `job_id` changed (created, paused, resumed, removed; by an operator, an
+    agent, or the service itself: a spent owner's jobs, an orphaned job; one
+    notice for many is enough, each sync reads every job), so that each
     scheduler syncs now, not at its next `sync_seconds` (PostgreSQL; SQLite:
     `bot.store.outside`)."""
     await _announce(session, store, JOBS, str(job_id))

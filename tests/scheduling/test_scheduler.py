@@ -10,9 +10,11 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from apscheduler.events import EVENT_JOB_MISSED, JobExecutionEvent
 from sqlmodel import col, select
 
+from bot.accounts.budgets import Budgets
 from bot.scheduling.jobs import Jobs
 from bot.scheduling.parse import TriggerSpec
 from bot.store.models import DeliveryFailure, Run, TokenLog
@@ -381,12 +383,15 @@ async def test_operator_changes_reach_a_running_scheduler(make_app, fake_anthrop
         assert (await s.exec(select(col(Run.id)))).all() == []
 
 
+@pytest.mark.parametrize("how", ["operator", "budget", "orphaned"])
 async def test_a_job_changed_in_another_process_is_synced_as_soon_as_it_is_seen(
-    make_app, fake_anthropic, database
+    make_app, fake_anthropic, database, how
 ):
-    """`switchboard jobs pause` in its own process: the running scheduler syncs
-    when it sees the change (SQLite: the writer's next look, as a message's
-    start makes; PostgreSQL: the job's notice), not at `sync_seconds`."""
+    """A job paused in another process (`switchboard jobs pause`; another
+    instance pausing a spent owner's jobs, or an orphaned one): the running
+    scheduler syncs when it sees the change (SQLite: the writer's next look,
+    as a message's start makes; PostgreSQL: the job's notice), not at
+    `sync_seconds`."""
     clock = FakeClock()
     app, _ = await started(make_app, clock)
     await app.pipeline.s.coordination.listen(lambda *_: None)  # as the service does
@@ -394,7 +399,14 @@ async def test_a_job_changed_in_another_process_is_synced_as_soon_as_it_is_seen(
     assert created.id is not None and app.scheduler.next_fire(created.id) is not None
     other = database.store()
     try:
-        await Jobs(other).change(created.id, "pause", clock.now)
+        jobs = Jobs(other)
+        if how == "operator":
+            await jobs.change(created.id, "pause", clock.now)
+        elif how == "budget":  # spent: a sync keeps it paused
+            await Budgets(other, app.settings.budgets).set_limit(created.owner_user_id, "fixed", 0)
+            assert await jobs.pause_owner(created.owner_user_id, "budget", clock.now)
+        else:
+            await jobs.update(created.id, state="paused", pause_reason="orphaned")
     finally:
         await other.dispose()
     await app.store.look_elsewhere()  # SQLite: what the next message's intake does
