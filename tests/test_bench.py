@@ -74,6 +74,9 @@ def test_every_mode_runs_on_sqlite_and_postgresql_with_its_floor() -> None:
         # new users, then the same conversations again: every message answered
         assert [b[:2] for b in bursts] == [("30", "30"), ("30", "30")]
         assert all(float(b[2]) > 0 for b in bursts)
+        if where == "SQLite":  # counted: commits, several messages may share one
+            commits = re.findall(r"; ([\d.]+) commits/message", out.split(heading, 1)[1])
+            assert len(commits) >= 2 and all(0 < float(c) <= 6 for c in commits[:2]), commits
         calls = re.findall(
             r"model calls\s+first ([\d.]+) s, last ([\d.]+) s; replies first ([\d.]+) s",
             out.split(heading, 1)[1],

@@ -43,10 +43,11 @@ from bot.errors import StartupError
 from bot.store import direct, sqlite_driver
 from bot.store.checkpoints import Checkpoints
 from bot.store.diagnose import explain, missing_tables
+from bot.store.group import Group, Ticket
 from bot.store.kept import PING_IDLE_S, Kept
 from bot.store.outside import OutsideWrites
 from bot.store.pool import KeepingPool
-from bot.store.sessions import Sessions, in_direct_read, in_direct_write, in_transaction, on_kept
+from bot.store.sessions import Sessions, in_direct_read, in_transaction, on_kept
 
 log = logging.getLogger("switchboard.store")
 
@@ -119,10 +120,10 @@ class Store:
             for engine in {self.engine, self.urgent_engine}:
                 _ping_on_checkout(engine)
         # SQLite has one writer at a time. Queue this process's writers on a lock
-        # (fair, FIFO) instead of letting them poll busy_timeout against each
-        # other, which starves some under load; busy_timeout still covers other
-        # processes (CLI commands) sharing the file.
+        # (fair, FIFO; busy_timeout still covers other processes sharing the
+        # file), where those queued together share a commit (`bot.store.group`).
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+        self._group = Group(self._write_lock or asyncio.Lock(), self._release_writer)
         self.outside = OutsideWrites()
         """SQLite: what another process wrote, seen where a message starts (its
         intake, a wakeup's claim: `write(fresh=True)`, `bot.store.outside`)"""
@@ -168,24 +169,30 @@ class Store:
             async with in_transaction(self._writer) as session:
                 yield session
             return
-        async with self._write_lock:
-            try:
-                sessions = await self._sqlite_writer()
-                held, driver = self._held, _driver_of(self._held)
-                if held is None or driver is None:
-                    transaction = in_transaction(sessions)
-                else:
-                    if fresh:
-                        await self.outside.look(driver)
-                    transaction = in_direct_write(sessions, direct.Write(held, driver))
-                async with transaction as session:
-                    yield session
-            except BaseException:
-                # Back to the pool, whose reset rolls back whatever the failure
-                # left open (after a failed COMMIT, SQLAlchemy's own rollback
-                # does not reach the driver); the next write checks one out.
+        await self._group.acquire()
+        ticket = Ticket()
+        try:
+            sessions = await self._sqlite_writer()
+            held, driver = self._held, _driver_of(self._held)
+            if held is None or driver is None:
+                transaction = in_transaction(sessions)
+            else:
+                if fresh:
+                    await self.outside.look(driver)
+                transaction = self._group.write(sessions, direct.Write(held, driver), ticket)
+            async with transaction as session:
+                yield session
+        except BaseException:
+            # Back to the pool, whose reset rolls back whatever the failure left
+            # open (after a failed COMMIT, SQLAlchemy's own rollback does not
+            # reach the driver), unless a group's transaction stays open.
+            if not self._group.open:
                 await self._release_writer()
-                raise
+            raise
+        finally:
+            self._write_lock.release()
+        if ticket.future is not None:  # committed with the writes queued behind it
+            await ticket.future
 
     async def look_elsewhere(self) -> None:
         """SQLite: see now whether another process wrote since the last look,
@@ -315,6 +322,7 @@ class Store:
             raise explain(exc, self.url, self.schema) from exc
 
     async def dispose(self) -> None:
+        await self._group.close()
         await self._release_writer()
         await self._release_reader()
         for kept in (self._kept, self._kept_urgent):

@@ -3,7 +3,6 @@ exit, closed and kept for the next (`bot.store.db`)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -55,7 +54,7 @@ async def in_transaction(sessions: Sessions) -> AsyncIterator[AsyncSession]:
     AsyncSession's own methods spend on each, nor the task and shield of its
     close. After an error (in the body or the commit) the transaction is
     rolled back and the session closed by SQLAlchemy's own shielded close,
-    which cancellation cannot interrupt (`_abandon`)."""
+    which cancellation cannot interrupt (`abandon`)."""
     session = sessions.take()
     sync = session.sync_session
     sync.begin()
@@ -65,48 +64,18 @@ async def in_transaction(sessions: Sessions) -> AsyncIterator[AsyncSession]:
             await flush_deferred(session)
         await session.commit()
     except BaseException:
-        await _abandon(session)
+        await abandon(session)
         raise
-    await _put_back(sessions, session)
+    await put_back(sessions, session)
 
 
-async def _put_back(sessions: Sessions, session: AsyncSession) -> None:
+async def put_back(sessions: Sessions, session: AsyncSession) -> None:
     """Close a session whose transaction ended well, and keep it for reuse."""
     if session.sync_session.in_transaction():  # begun again after the commit (not ours)
         await session.close()
     else:
         session.sync_session.close()
     sessions.give(session)
-
-
-@asynccontextmanager
-async def in_direct_write(sessions: Sessions, write: direct.Write) -> AsyncIterator[AsyncSession]:
-    """`in_transaction` for SQLite's writes: the statements run through
-    `bot.store.rows` go straight to the driver in a transaction begun there
-    (`direct.Write`), committed on exit without the Session. What ran through
-    the Session (the ORM) joined that transaction and is committed by the
-    Session first (its flush included). After an error the transaction is
-    rolled back (a rollback that fails too is logged, as `_abandon` does) and
-    the caller discards the connection."""
-    session = sessions.take()
-    sync = session.sync_session
-    sync.info[direct.WRITE] = write
-    try:
-        yield session
-        if sync.in_transaction() or sync.new or sync.deleted or sync.dirty:
-            await session.commit()
-        await write.commit()
-    except BaseException:
-        if sync.in_transaction():
-            await _abandon(session)
-        else:
-            sync.close()
-            try:
-                await asyncio.shield(write.rollback())
-            except Exception as exc:
-                _rollback_failed(exc)
-        raise
-    await _put_back(sessions, session)
 
 
 @asynccontextmanager
@@ -127,11 +96,11 @@ async def in_direct_read(
         yield session
     except BaseException:
         if sync.in_transaction():
-            await _abandon(session)
+            await abandon(session)
         else:
             sync.close()
         raise
-    await _put_back(sessions, session)
+    await put_back(sessions, session)
 
 
 @asynccontextmanager
@@ -155,16 +124,16 @@ async def on_kept(sessions: Sessions, kept: Kept) -> AsyncIterator[AsyncSession]
             await session.commit()
     except BaseException as error:
         if sync.in_transaction():
-            await _abandon(session)
+            await abandon(session)
         else:
             sync.close()
         await slot.end(error)
         raise
-    await _put_back(sessions, session)
+    await put_back(sessions, session)
     await slot.end(None)
 
 
-async def _abandon(session: AsyncSession) -> None:
+async def abandon(session: AsyncSession) -> None:
     """After an error in a transaction or its commit, what `session.begin()` and
     `async with session` would do: roll back (the driver's transaction may be
     open: closing alone does not end it after a failed commit), then close,
@@ -174,13 +143,13 @@ async def _abandon(session: AsyncSession) -> None:
     try:
         await session.rollback()
     except Exception as exc:
-        _rollback_failed(exc)
+        rollback_failed(exc)
         with contextlib.suppress(Exception):
             await session.invalidate()
     finally:
         await session.__aexit__(None, None, None)
 
 
-def _rollback_failed(exc: Exception) -> None:
+def rollback_failed(exc: Exception) -> None:
     reason = str(exc).splitlines()[0][:200] if str(exc) else ""
     log.warning("store.rollback_failed %s: %s; connection discarded", type(exc).__name__, reason)

@@ -328,6 +328,38 @@ class Connection(aiosqlite.Connection):
         begin, self._begin = self._begin, None
         return begin
 
+    def settled(self) -> bool:
+        """Every statement sent has run and a failure among them is known
+        (nothing queued on the worker thread): the next call would raise it."""
+        return not self._queued
+
+    async def control(self, sql: str) -> None:
+        """Run a transaction-control statement (RELEASE a savepoint), after a
+        queued statement's failure is raised instead, as any statement."""
+        await self.hop(_run_statement, self._conn, sql, (), False)
+
+    async def roll_back_to(self, savepoint: str) -> bool:
+        """Undo what ran since `savepoint` (a queued statement's failure among
+        it forgotten) and release it; nothing to undo when the savepoint never
+        went out (no statement since). False: the transaction itself is gone
+        (SQLite ended it on the error), with everything before the savepoint."""
+        if self._begin is not None:  # the savepoint waits for a statement: none ran
+            self._begin = None
+            return True
+        self._failed = None
+        if self._here():
+            return self._roll_back_to(savepoint)
+        # after what is queued there, whose failure it forgets too
+        return bool(await self._execute(self._patient, self._roll_back_to, savepoint))
+
+    def _roll_back_to(self, savepoint: str) -> bool:
+        self._failed = None
+        if not self._conn.in_transaction:
+            return False
+        self._conn.execute(f"ROLLBACK TO {savepoint}")
+        self._conn.execute(f"RELEASE {savepoint}")
+        return True
+
     async def commit(self) -> None:
         self._begin = None
         # A queued statement's failure that ended the transaction with it

@@ -61,6 +61,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import event
+
 from bot.accounts.budgets import LIMIT_CACHE_TTL_S
 from bot.accounts.identity import CACHE_TTL_S
 from bot.app import App
@@ -320,6 +322,8 @@ class Burst:
     sent: int
     calls: list[float]
     replies: list[float]
+    commits: int | None
+    """SQLite: transactions committed (writes queued together share one)"""
 
     def line(self, floor: float | None, n: int) -> str:
         answered = sum(s == "answered" for s in self.statuses)
@@ -329,6 +333,7 @@ class Burst:
             + (f"; other outcomes: {', '.join(others)}" if others else "")
             + (f"  (floor {floor:.2f} s: {self.wall / floor:.2f}×)" if floor else "")
             + f"; CPU {self.cpu / n * 1000:.2f} ms/message"
+            + (f"; {self.commits / n:.2f} commits/message" if self.commits is not None else "")
         )
 
     def timeline(self) -> str:
@@ -348,11 +353,22 @@ async def burst(
     provider.calls.clear()
     adapter.times.clear()
     sent = adapter.sent
+    commits: list[int] = []
+
+    def count(*_: object) -> None:
+        commits.append(1)
+
+    # SQLite's commits (PostgreSQL's autocommit statements send none to count)
+    engines = [app.store.engine.sync_engine] if app.store.is_sqlite else []
+    for engine in engines:
+        event.listen(engine, "commit", count)
     cpu, started = time.process_time(), time.perf_counter()
     outcomes = await asyncio.gather(
         *(app.pipeline.handle(msg(at + i, i, "conc")) for i in range(n))
     )
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    for engine in engines:
+        event.remove(engine, "commit", count)
     return Burst(
         wall,
         cpu,
@@ -360,6 +376,7 @@ async def burst(
         adapter.sent - sent,
         [t - started for t in provider.calls],
         [t - started for t in adapter.times],
+        len(commits) if engines else None,
     )
 
 

@@ -1,0 +1,212 @@
+"""SQLite's group commit (`bot.store.group`): writes queued behind one another
+share one transaction and one commit, each returns only once it is durable,
+and a failure stays the failing write's own unless the transaction is lost,
+when every write of the group raises and none is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from bot.store import Store, sqlite_driver
+from bot.store.rows import insert_rows
+from tests.conftest import Database
+from tests.paths import REPO_ROOT
+from tests.store.test_direct import items
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    store = Database("sqlite", tmp_path).store()
+    await store.upgrade()
+    try:
+        yield store
+    finally:
+        await store.dispose()
+
+
+def stored(store: Store) -> set[str]:
+    """The inbox's event ids as another connection sees them (committed)."""
+    assert store.url.database
+    with sqlite3.connect(store.url.database) as other:
+        return {row[0] for row in other.execute("SELECT event_id FROM inbox")}
+
+
+def commits(store: Store) -> list[int]:
+    counted: list[int] = []
+    event.listen(store.engine.sync_engine, "commit", lambda _c: counted.append(1))
+    return counted
+
+
+async def write(store: Store, *events: str, seen: list[str] | None = None) -> None:
+    """Insert `events` in one write whose block gives the loop a turn (as a
+    real one may), so the writes started with it queue on the lock; `seen`:
+    what another connection saw of them once the write returned."""
+    async with store.write() as session:
+        await insert_rows(session, items(*events, key=events[0]))
+        await asyncio.sleep(0)
+    if seen is not None:
+        seen += [e for e in events if e in stored(store)]
+
+
+async def test_writes_queued_together_share_one_commit_and_each_is_durable_when_it_returns(
+    store: Store,
+):
+    counted = commits(store)
+    seen: list[str] = []
+    await asyncio.gather(*(write(store, f"e{i}", seen=seen) for i in range(30)))
+    assert sorted(seen) == sorted(f"e{i}" for i in range(30))  # committed when it returned
+    assert stored(store) == {f"e{i}" for i in range(30)}
+    assert 1 <= len(counted) <= 3  # one group (a flusher may commit a last few)
+    assert not store._group.open
+
+
+async def test_a_write_alone_commits_at_once(store: Store):
+    counted = commits(store)
+    await write(store, "alone")
+    assert stored(store) == {"alone"} and len(counted) == 1
+    assert not store._group.open
+
+
+async def test_a_write_of_the_group_that_fails_fails_alone(store: Store):
+    async with store.write() as session:
+        await insert_rows(session, items("taken"))
+    outcomes = await asyncio.gather(
+        write(store, "a1"),
+        write(store, "b1", "taken"),  # a duplicate: a redelivery's IntegrityError
+        write(store, "c1"),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], IntegrityError)
+    assert stored(store) == {"taken", "a1", "c1"}  # b1 went with its savepoint
+
+
+async def test_a_failed_commit_fails_every_write_of_its_group_and_the_next_write_works(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+):
+    real = sqlite_driver.Connection._commit
+    failures = [sqlite3.OperationalError("disk I/O error")]
+
+    def commit(self: sqlite_driver.Connection) -> None:
+        if failures:
+            raise failures.pop()
+        real(self)
+
+    monkeypatch.setattr(sqlite_driver.Connection, "_commit", commit)
+    outcomes = await asyncio.gather(
+        *(write(store, f"g{i}") for i in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(o, OperationalError) for o in outcomes), outcomes
+    assert "disk I/O error" in str(outcomes[0])
+    assert stored(store) == set()  # none of them
+    await write(store, "after")
+    assert stored(store) == {"after"}
+
+
+async def test_a_write_through_the_orm_that_fails_loses_its_group_and_all_of_it_raises(
+    store: Store,
+):
+    """A write that went through the Session rolls the whole transaction back
+    when it fails: the writes before it in the group raise (a database error,
+    as a failed commit), and none is stored."""
+
+    async def orm_then_fail() -> None:
+        async with store.write() as session:
+            session.add(items("orm")[0])
+            await session.flush()
+            raise ValueError("the caller gave up")
+
+    outcomes = await asyncio.gather(
+        write(store, "first"), orm_then_fail(), write(store, "later"), return_exceptions=True
+    )
+    assert isinstance(outcomes[0], OperationalError)
+    assert "ValueError: the caller gave up" in str(outcomes[0])
+    assert isinstance(outcomes[1], ValueError)
+    assert outcomes[2] is None  # began a group of its own after
+    assert stored(store) == {"later"}
+
+
+async def test_a_write_through_the_orm_commits_its_group_at_once(store: Store):
+    async def orm() -> None:
+        async with store.write() as session:
+            session.add(items("orm")[0])
+            await asyncio.sleep(0)
+
+    await asyncio.gather(write(store, "x1"), orm(), write(store, "x2"))
+    assert stored(store) == {"x1", "orm", "x2"}
+
+
+async def test_a_write_cancelled_while_it_waits_for_its_group_holds_up_no_one(store: Store):
+    first = asyncio.create_task(write(store, "c0"))
+    others = [asyncio.create_task(write(store, f"c{i}")) for i in range(1, 5)]
+    for _ in range(3):  # c0 has finished its block and waits for the group
+        await asyncio.sleep(0)
+    first.cancel()
+    await asyncio.wait_for(asyncio.gather(*others), 5)
+    assert {f"c{i}" for i in range(1, 5)} <= stored(store)
+
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from bot.store import Store
+    from bot.store.rows import insert_rows
+    from tests.store.test_direct import items
+
+    async def one(store, n):
+        async with store.write() as session:
+            await insert_rows(session, items(f"a{n}", f"b{n}", key=f"k{n}"))
+            await asyncio.sleep(0)
+        print(n, flush=True)  # returned: taken as stored
+
+    async def main():
+        store = Store(sys.argv[1])
+        await store.upgrade()
+        n = 0
+        while True:
+            await asyncio.gather(*(one(store, n + i) for i in range(20)))
+            n += 20
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_killed_while_groups_are_open_loses_no_write_that_returned(tmp_path: Path):
+    """The process killed at an arbitrary moment of grouped writes: every write
+    that returned is stored, whole (both its rows), and none is half there."""
+    database = tmp_path / "killed.db"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, f"sqlite+aiosqlite:///{database}"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert writer.stdout is not None
+    returned = []
+    for line in writer.stdout:
+        returned.append(int(line))
+        if len(returned) == 1357:  # mid-group, most likely
+            os.kill(writer.pid, signal.SIGKILL)
+            break
+    writer.wait(10)
+    with sqlite3.connect(database) as db:
+        events = {row[0] for row in db.execute("SELECT event_id FROM inbox")}
+    for n in returned:
+        assert f"a{n}" in events and f"b{n}" in events
+    numbers = {int(e[1:]) for e in events}
+    for n in numbers:
+        assert f"a{n}" in events and f"b{n}" in events  # never half a write
