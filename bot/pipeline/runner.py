@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -225,16 +226,9 @@ class Runner:
             metrics.budget_refused()
 
     def _meter(self, user: UserRecord, limit: int | None) -> RunMeter:
-        config = self.s.settings.budgets
-        cap = config.run_cap(limit)
-        return RunMeter(
-            self.s.budgets,
-            user.id,
-            user.role,
-            limit is not None,
-            cap,
-            lambda: self.s.identity.role_now(user),
-        )
+        s, cap = self.s, self.s.settings.budgets.run_cap(limit)
+        role_now = functools.partial(s.identity.role_now, user)
+        return RunMeter(s.budgets, user.id, user.role, limit is not None, cap, role_now)
 
     # -- building the run ---------------------------------------------------
 
