@@ -183,9 +183,8 @@ class Store:
             async with transaction as session:
                 yield session
         except BaseException:
-            # Back to the pool, whose reset rolls back whatever the failure left
-            # open (after a failed COMMIT, SQLAlchemy's own rollback does not
-            # reach the driver), unless a group's transaction stays open.
+            # Back to the pool, whose reset rolls back what the failure left open
+            # (SQLAlchemy's rollback after a failed COMMIT misses the driver).
             if not self._group.open:
                 await self._release_writer()
             raise
@@ -193,11 +192,12 @@ class Store:
             self._write_lock.release()
         if ticket.future is not None:  # committed with the writes queued behind it
             await ticket.future
+        elif ticket.led:  # it committed for others: they go on first, in order
+            await asyncio.sleep(0)
 
     async def look_elsewhere(self) -> None:
-        """SQLite: see now whether another process wrote since the last look,
-        as a message's intake does (`write(fresh=True)` with nothing written:
-        no BEGIN is sent); PostgreSQL's instances hear it instead."""
+        """SQLite: see now whether another process wrote since the last look, as
+        an intake does (`write(fresh=True)`, nothing sent); PostgreSQL hears it."""
         if self._write_lock is not None:
             async with self.write(fresh=True):
                 pass

@@ -56,6 +56,9 @@ class Ticket:
     """One write's place in a group: its future is set when the group ends."""
 
     future: asyncio.Future[None] | None = None
+    led: bool = False
+    """this write committed a group that others waited for: it lets them go
+    on first (they were there before it)"""
 
 
 class Group:
@@ -180,6 +183,7 @@ class Group:
                 ticket.future = self._defer(write)
             else:
                 await write.commit()
+                ticket.led = self.open
                 self._ended(None)
         except BaseException as error:
             await self._undo(session, write, joining and not orm, error)

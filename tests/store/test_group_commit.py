@@ -72,6 +72,19 @@ async def test_writes_queued_together_share_one_commit_and_each_is_durable_when_
     assert not store._group.open
 
 
+async def test_writes_of_a_group_go_on_in_the_order_they_came(store: Store):
+    """The write that commits a group lets those before it go on first: what
+    came first (a message's intake) reaches its next step first."""
+    done: list[int] = []
+
+    async def numbered(i: int) -> None:
+        await write(store, f"o{i}")
+        done.append(i)
+
+    await asyncio.gather(*(numbered(i) for i in range(20)))
+    assert done == list(range(20))
+
+
 async def test_a_write_alone_commits_at_once(store: Store):
     counted = commits(store)
     await write(store, "alone")
