@@ -6,8 +6,7 @@ never deadlock upgrading a read lock. Reads begin DEFERRED and run alongside.
 PostgreSQL (asyncpg) is the same code with another URL.
 
 A SQLite database file this service creates is readable by its owner only
-(0600); SQLite gives the -wal and -shm files the database file's mode. A file
-found with a wider mode is left alone, with one WARNING.
+(`bot.store.files`).
 
 `echo` logs each SQL statement once, through our handler (so redaction
 applies): the `sqlalchemy.engine` logger goes to INFO. (SQLAlchemy's own
@@ -19,12 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import stat
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
@@ -43,6 +39,7 @@ from bot.errors import StartupError
 from bot.store import direct, sqlite_driver
 from bot.store.checkpoints import Checkpoints
 from bot.store.diagnose import explain, missing_tables
+from bot.store.files import ensure_directory, private_file
 from bot.store.group import Group, Ticket
 from bot.store.kept import PING_IDLE_S, Kept
 from bot.store.outside import OutsideWrites
@@ -77,8 +74,8 @@ class Store:
         if echo:
             logging.getLogger("sqlalchemy.engine").setLevel(logging.INFO)
         if self.dialect == "sqlite":
-            _ensure_sqlite_dir(self.url.database)
-            _private_sqlite_file(self.url.database)
+            ensure_directory(self.url.database)
+            private_file(self.url.database)
             # Each aiosqlite connection is a thread. Last in, first out: work
             # done one message at a time keeps reusing the one warm connection
             # (thread) instead of rotating through the pool, so a message is
@@ -353,57 +350,6 @@ def _sqlite_connect_args(url: URL) -> tuple[str, dict[str, Any]]:
             f"the SQLite database URL has a parameter that is not valid ({exc})",
             "Fix the parameters after '?' in [database] url (SWITCHBOARD__DATABASE__URL).",
         ) from exc
-
-
-def _ensure_sqlite_dir(database: str | None) -> None:
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return
-    directory = Path(database).expanduser().parent
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        if isinstance(exc, FileExistsError | NotADirectoryError):
-            reason = "a file is in the way"
-        raise StartupError(
-            f"cannot create the database directory {directory} ({reason.lower()})",
-            "Create it, writable by this user, or set [database] url "
-            "(SWITCHBOARD__DATABASE__URL) to a path that can be.",
-        ) from exc
-
-
-SQLITE_FILE_MODE = 0o600
-SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
-
-
-def _private_sqlite_file(database: str | None) -> None:
-    """Create the database file owner-only before SQLite does (it would use
-    0644 less the umask); warn once about existing files others can read."""
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return
-    path = Path(database)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, SQLITE_FILE_MODE)
-    except FileExistsError:
-        pass
-    except OSError:
-        return  # SQLite cannot open it either, and `bot.store.diagnose` says why
-    else:
-        os.close(fd)
-    wide: list[str] = []
-    for file in (path, *(Path(f"{path}{suffix}") for suffix in SQLITE_SIDE_FILES)):
-        try:
-            status = file.stat()
-        except OSError:
-            continue
-        mode = stat.S_IMODE(status.st_mode)
-        if stat.S_ISREG(status.st_mode) and mode & 0o077:
-            wide.append(f"{file.name}:{mode:04o}")
-    if wide:
-        log.warning(
-            "database.file_mode files=%s: readable beyond its owner; `chmod 600` them",
-            ",".join(wide),
-        )
 
 
 _FRESH = "switchboard_fresh"
