@@ -167,7 +167,7 @@ class Store:
                 yield session
             return
         await self._group.acquire()
-        ticket = Ticket()
+        ticket, failed = Ticket(), None
         try:
             sessions = await self._sqlite_writer()
             held, driver = self._held, _driver_of(self._held)
@@ -179,18 +179,22 @@ class Store:
                 transaction = self._group.write(sessions, direct.Write(held, driver), ticket)
             async with transaction as session:
                 yield session
-        except BaseException:
+        except BaseException as error:
             # Back to the pool, whose reset rolls back what the failure left open
             # (SQLAlchemy's rollback after a failed COMMIT misses the driver).
             if not self._group.open:
                 await self._release_writer()
-            raise
+            if ticket.future is None:
+                raise
+            failed = error  # rolled back to its savepoint: raised with the group's outcome
         finally:
             self._write_lock.release()
         if ticket.future is not None:  # committed with the writes queued behind it
             await ticket.future
         elif ticket.led:  # it committed for others: they go on first, in order
             await asyncio.sleep(0)
+        if failed is not None:
+            raise failed
 
     async def look_elsewhere(self) -> None:
         """SQLite: see now whether another process wrote since the last look, as

@@ -16,8 +16,12 @@ taken as done before it is durable; with nobody waiting a write commits at
 once, as before.
 
 Failures stay a write's own: one whose statements fail (a redelivery's
-duplicate key) is rolled back to its savepoint and raises, and the group goes
-on. When the transaction itself is lost (the commit fails, SQLite ends the
+duplicate key) is rolled back to its savepoint, and the group goes on; it
+raises once the group committed (its failure may have come of a row the
+group wrote before it: were the group lost, that duplicate would never have
+been stored, so it raises the group's failure instead, and a redelivery is not
+taken for a duplicate of a message that was not kept). When the transaction
+itself is lost (the commit fails, SQLite ends the
 transaction on an error such as a full disk, or a write that went through the
 ORM fails), every write of the group raises that error, as a failed commit
 raises today, and none of them is stored. A write that used the ORM (the
@@ -187,6 +191,12 @@ class Group:
                 self._ended(None)
         except BaseException as error:
             await self._undo(session, write, joining and not orm, error)
+            if self.open and isinstance(error, Exception):
+                # Its failure may have come of what the group wrote before it
+                # (a duplicate of a row not committed yet): told once the
+                # group's outcome is known (`ticket`), the group's own failure
+                # if it is lost.
+                ticket.future = self._defer(write)
             raise
         await put_back(sessions, session)
 

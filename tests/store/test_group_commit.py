@@ -128,6 +128,31 @@ async def test_a_failed_commit_fails_every_write_of_its_group_and_the_next_write
     assert stored(store) == {"after"}
 
 
+async def test_a_redelivery_of_a_message_its_group_then_loses_is_not_taken_for_a_duplicate(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+):
+    """A message's second delivery finds the first one's row, written but not
+    committed yet, and the group's commit fails: the second delivery raises
+    the database's failure, not the duplicate it seemed (taken for a duplicate,
+    it would be acknowledged, and the message never stored)."""
+    real = sqlite_driver.Connection._commit
+    failures = [sqlite3.OperationalError("disk I/O error")]
+
+    def commit(self: sqlite_driver.Connection) -> None:
+        if failures:
+            raise failures.pop()
+        real(self)
+
+    monkeypatch.setattr(sqlite_driver.Connection, "_commit", commit)
+    first, again = await asyncio.gather(
+        write(store, "m1"), write(store, "m1"), return_exceptions=True
+    )
+    assert isinstance(first, OperationalError) and isinstance(again, OperationalError), again
+    assert stored(store) == set()
+    await write(store, "m1")  # the platform delivers it again: stored now
+    assert stored(store) == {"m1"}
+
+
 async def test_a_write_through_the_orm_that_fails_loses_its_group_and_all_of_it_raises(
     store: Store,
 ):
