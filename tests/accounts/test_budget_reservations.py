@@ -33,6 +33,30 @@ async def spent(app: Any) -> tuple[int, int, list[int]]:
     return budget.used + budget.overage, budget.reserved, calls
 
 
+async def stopped_at_the_fourth_call(
+    app: Any, fake_anthropic: Any, user_id: int, heard: asyncio.Event
+) -> None:
+    """A tool loop of the user's (1,010 tokens a call), changed by the tool at
+    its third step, is refused at its fourth call, having charged its three;
+    `heard` is set at the account's notice (listened for as the running
+    service does, PostgreSQL)."""
+    await app.pipeline.s.coordination.listen(
+        lambda kind, key: heard.set() if (kind, key) == (ACCOUNT, str(user_id)) else None
+    )
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    fake_anthropic.responder = lambda body: tool_use_reply(
+        tool_call("step"), usage=FakeUsage(input_tokens=1000, output_tokens=10)
+    )
+    outcome = await app.pipeline.handle(message("loop"))
+
+    assert outcome.status == "refused"
+    assert "not enough tokens left" in adapter.sent[-1].text
+    assert fake_anthropic.request_count == 3  # no call after the change
+    charged, reserved, calls = await spent(app)
+    assert charged == sum(calls) == 3 * 1010 and reserved == 0
+
+
 async def test_fifty_messages_at_once_never_spend_past_the_allowance(make_app, fake_anthropic):
     allowance = 12_000
     app = await make_app(budgets={"guest": allowance}, llm={"max_tokens": 1000})
@@ -114,21 +138,7 @@ async def test_a_limit_set_while_an_unlimited_run_goes_on_stops_it_at_the_next_c
     app = await make_app(tools=[step], budgets={"guest": "unlimited"}, llm={"max_iterations": 10})
     s = app.pipeline.s
     user = await s.identity.resolve(message("hi"))
-    await s.coordination.listen(  # as the running service does (PostgreSQL)
-        lambda kind, key: heard.set() if (kind, key) == (ACCOUNT, str(user.id)) else None
-    )
-    adapter = RecordingAdapter()
-    app.attach(adapter)
-    fake_anthropic.responder = lambda body: tool_use_reply(
-        tool_call("step"), usage=FakeUsage(input_tokens=1000, output_tokens=10)
-    )
-    outcome = await app.pipeline.handle(message("loop"))
-
-    assert outcome.status == "refused"
-    assert "not enough tokens left" in adapter.sent[-1].text
-    assert fake_anthropic.request_count == 3  # no call after the limit was set
-    charged, reserved, calls = await spent(app)
-    assert charged == sum(calls) == 3 * 1010 and reserved == 0
+    await stopped_at_the_fourth_call(app, fake_anthropic, user.id, heard)
 
 
 @pytest.mark.parametrize("where", ["here", "another process"])
@@ -160,21 +170,7 @@ async def test_a_role_changed_while_an_unlimited_run_goes_on_counts_from_the_nex
     s = app.pipeline.s
     user = await s.identity.resolve(message("hi"))
     await Directory(app.store, s.identity).set_role(user.id, Role.USER)
-    await s.coordination.listen(
-        lambda kind, key: heard.set() if (kind, key) == (ACCOUNT, str(user.id)) else None
-    )
-    adapter = RecordingAdapter()
-    app.attach(adapter)
-    fake_anthropic.responder = lambda body: tool_use_reply(
-        tool_call("step"), usage=FakeUsage(input_tokens=1000, output_tokens=10)
-    )
-    outcome = await app.pipeline.handle(message("loop"))
-
-    assert outcome.status == "refused"
-    assert "not enough tokens left" in adapter.sent[-1].text
-    assert fake_anthropic.request_count == 3  # no call after the role changed
-    charged, reserved, calls = await spent(app)
-    assert charged == sum(calls) == 3 * 1010 and reserved == 0
+    await stopped_at_the_fourth_call(app, fake_anthropic, user.id, heard)
 
 
 async def test_a_role_unchanged_costs_a_tool_loop_no_read_per_call(make_app, fake_anthropic):

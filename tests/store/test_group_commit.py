@@ -49,6 +49,19 @@ def commits(store: Store) -> list[int]:
     return counted
 
 
+def fail_the_next_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's next COMMIT fails, as on a disk that cannot take it."""
+    real = sqlite_driver.Connection._commit
+    failures = [sqlite3.OperationalError("disk I/O error")]
+
+    def commit(self: sqlite_driver.Connection) -> None:
+        if failures:
+            raise failures.pop()
+        real(self)
+
+    monkeypatch.setattr(sqlite_driver.Connection, "_commit", commit)
+
+
 async def write(store: Store, *events: str, seen: list[str] | None = None) -> None:
     """Insert `events` in one write whose block gives the loop a turn (as a
     real one may), so the writes started with it queue on the lock; `seen`:
@@ -68,7 +81,7 @@ async def test_writes_queued_together_share_one_commit_and_each_is_durable_when_
     await asyncio.gather(*(write(store, f"e{i}", seen=seen) for i in range(30)))
     assert sorted(seen) == sorted(f"e{i}" for i in range(30))  # committed when it returned
     assert stored(store) == {f"e{i}" for i in range(30)}
-    assert 1 <= len(counted) <= 3  # one group (a flusher may commit a last few)
+    assert len(counted) in (1, 2, 3)  # one group (a flusher may commit a last few)
     assert not store._group.open
 
 
@@ -109,15 +122,7 @@ async def test_a_write_of_the_group_that_fails_fails_alone(store: Store):
 async def test_a_failed_commit_fails_every_write_of_its_group_and_the_next_write_works(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ):
-    real = sqlite_driver.Connection._commit
-    failures = [sqlite3.OperationalError("disk I/O error")]
-
-    def commit(self: sqlite_driver.Connection) -> None:
-        if failures:
-            raise failures.pop()
-        real(self)
-
-    monkeypatch.setattr(sqlite_driver.Connection, "_commit", commit)
+    fail_the_next_commit(monkeypatch)
     outcomes = await asyncio.gather(
         *(write(store, f"g{i}") for i in range(5)), return_exceptions=True
     )
@@ -135,15 +140,7 @@ async def test_a_redelivery_of_a_message_its_group_then_loses_is_not_taken_for_a
     committed yet, and the group's commit fails: the second delivery raises
     the database's failure, not the duplicate it seemed (taken for a duplicate,
     it would be acknowledged, and the message never stored)."""
-    real = sqlite_driver.Connection._commit
-    failures = [sqlite3.OperationalError("disk I/O error")]
-
-    def commit(self: sqlite_driver.Connection) -> None:
-        if failures:
-            raise failures.pop()
-        real(self)
-
-    monkeypatch.setattr(sqlite_driver.Connection, "_commit", commit)
+    fail_the_next_commit(monkeypatch)
     first, again = await asyncio.gather(
         write(store, "m1"), write(store, "m1"), return_exceptions=True
     )
