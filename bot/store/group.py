@@ -78,8 +78,6 @@ class Group:
         self._since = 0.0
         self._write: direct.Write | None = None
         self._flusher: asyncio.Task[None] | None = None
-        self.commits = 0
-        """groups committed (of more than one write: for tests and benchmarks)"""
 
     @property
     def open(self) -> bool:
@@ -116,8 +114,6 @@ class Group:
         """(Under the lock) The open transaction ended: committed, or lost with
         `error`; every write waiting for it is told."""
         pending, self._pending, self._write = self._pending, [], None
-        if len(pending) and error is None:
-            self.commits += 1
         for future in pending:
             if future.done():  # its writer was cancelled while it waited
                 continue
@@ -177,8 +173,7 @@ class Group:
             if orm:  # the Session's commit is the transaction's: the group's
                 await session.commit()
             elif joining:
-                if not await _release_savepoint(write):
-                    joining = False  # wrote nothing: nothing to wait for
+                if not await _release_savepoint(write):  # wrote nothing: no wait
                     await put_back(sessions, session)
                     return
             else:
