@@ -139,6 +139,7 @@ class App:
             pool_size=self.settings.database.pool_size,
             max_overflow=self.settings.database.max_overflow,
             pool_timeout=self.settings.database.pool_timeout_seconds,
+            group_commit=self.settings.database.group_commit,
         )
         await self.store.upgrade()
         self._database_health = DatabaseHealth(

@@ -66,6 +66,7 @@ class Store:
         max_overflow: int = 20,
         pool_timeout: float = 30.0,
         sqlite_on_loop: bool = True,
+        group_commit: bool = False,
     ) -> None:
         self.url = make_url(url)
         self.dialect = self.url.get_backend_name()
@@ -120,7 +121,7 @@ class Store:
         # (fair, FIFO; busy_timeout still covers other processes sharing the
         # file), where those queued together share a commit (`bot.store.group`).
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
-        self._group = Group(self._write_lock or asyncio.Lock(), self._release_writer)
+        self._group = Group(self._write_lock or asyncio.Lock(), self._release_writer, group_commit)
         self.outside = OutsideWrites()
         """SQLite: what another process wrote, seen where a message starts (its
         intake, a wakeup's claim: `write(fresh=True)`, `bot.store.outside`)"""

@@ -68,7 +68,11 @@ class Ticket:
 class Group:
     """The open group of one SQLite Store's writer connection."""
 
-    def __init__(self, lock: asyncio.Lock, lost: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, lock: asyncio.Lock, lost: Callable[[], Awaitable[None]], enabled: bool
+    ) -> None:
+        self.enabled = enabled
+        """off: every write commits at once (`[database] group_commit`)"""
         self._lock = lock
         self._lost = lost
         """discards the writer connection (a commit that failed)"""
@@ -93,7 +97,8 @@ class Group:
 
     def _may_defer(self, write: direct.Write) -> bool:
         return (
-            self.waiting > 0
+            self.enabled
+            and self.waiting > 0
             and write.driver.transaction_open()
             and write.driver.settled()
             and len(self._pending) < MAX_WRITES - 1

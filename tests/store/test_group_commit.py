@@ -28,7 +28,7 @@ from tests.store.test_direct import items
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = Database("sqlite", tmp_path).store()
+    store = Database("sqlite", tmp_path).store(group_commit=True)
     await store.upgrade()
     try:
         yield store
@@ -207,7 +207,7 @@ WRITER = textwrap.dedent(
         print(n, flush=True)  # returned: taken as stored
 
     async def main():
-        store = Store(sys.argv[1])
+        store = Store(sys.argv[1], group_commit=True)
         await store.upgrade()
         n = 0
         while True:
