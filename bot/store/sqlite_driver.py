@@ -136,7 +136,13 @@ class Cursor(aiosqlite.Cursor):
 
     async def close(self) -> None:
         self._rows.clear()
-        self._cursor.close()
+        if self._owner.settled():
+            self._cursor.close()
+        else:
+            # Its statement may still run on the worker thread (its wait was
+            # cancelled): closed here, under the statement being stepped, the
+            # process crashes (sqlite3 frees what the worker is about to read).
+            self._owner.queue(self._cursor.close)
 
 
 _off_the_loop: ContextVar[bool] = ContextVar("sqlite_off_the_loop", default=False)
@@ -178,8 +184,13 @@ class Connection(aiosqlite.Connection):
     """a BEGIN to send with the next statement (`begin_with_next`)"""
     _queued = False
     """work was queued on the worker thread (`statement_later`, a checkpoint,
-    or a call whose wait ended early or failed) and may not have run yet: the
-    next calls go there too, after it, until one has its answer"""
+    a cursor's close, or a call whose wait ended early or failed) and may not
+    have run yet: the next calls go there too, after it, until the last one
+    queued has its answer. Nothing on this thread touches the connection or
+    its cursors meanwhile."""
+    _sent = 0
+    """items queued on the worker thread so far: a call's answer shows the
+    thread idle only when nothing was queued after it"""
     _failed: tuple[sqlite3.Error, str] | None = None
     """a statement's failure that nobody waited for, and its SQL"""
     _inline_calls: ClassVar[int] = 0
@@ -195,10 +206,23 @@ class Connection(aiosqlite.Connection):
         # Until a call has answered, what the worker thread is doing is not
         # known here: when the wait ends early (the task is cancelled while
         # `fn` still runs there) or fails, the next calls go to the thread too.
+        # The answer shows the worker idle only when nothing was queued after
+        # this call (by another task sharing the connection: a shielded
+        # rollback, say).
         self._queued = True
+        self._sent += 1
+        mine = self._sent
         result = await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
-        self._queued = False
+        if self._sent == mine:
+            self._queued = False
         return result
+
+    def queue(self, work: Callable[[], Any]) -> None:
+        """Run `work` on the worker thread, after what is queued there, without
+        waiting for it (its failure is its own to record)."""
+        self._queued = True
+        self._sent += 1
+        self._tx.put_nowait((None, work))
 
     def _here(self) -> bool:
         """Whether the next call may run on the calling thread: the connection
@@ -286,9 +310,7 @@ class Connection(aiosqlite.Connection):
                 if not _busy(error):
                     self._failed = (error, sql)
                     return
-        self._queued = True
-        work = partial(self._patient, self._statement_later, begin, sql, parameters, many)
-        self._tx.put_nowait((None, work))
+        self.queue(partial(self._patient, self._statement_later, begin, sql, parameters, many))
 
     def _statement_later(self, begin: str | None, sql: str, parameters: Any, many: bool) -> None:
         if self._failed is not None:
@@ -370,8 +392,7 @@ class Connection(aiosqlite.Connection):
         if self._queued or self._conn.in_transaction:
             await self.hop(self._commit)
             if self.checkpoints is not None and self.checkpoints.committed():
-                self._queued = True
-                self._tx.put_nowait((None, self._checkpoint))
+                self.queue(self._checkpoint)
 
     def _commit(self) -> None:
         if self._conn.in_transaction:

@@ -6,7 +6,11 @@ writers at once."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ from sqlmodel import col, select
 from bot.store import Store, sqlite_driver
 from bot.store.models import Conversation, User
 from bot.store.rows import insert_returning_ids, insert_rows
+from tests.paths import REPO_ROOT
 
 
 @pytest.fixture
@@ -88,3 +93,87 @@ async def test_many_writers_and_readers_at_once(store: Store):
     results = await asyncio.gather(*(write(i) if i % 2 else read() for i in range(200)))
     assert all(r is None or 0 <= r <= 100 for r in results)
     assert await read() == 100
+
+
+def _slow(rows: int, select: str = "SELECT i FROM r") -> str:
+    """A statement that counts to `rows` (a few ms per 10,000) for `select`."""
+    return (
+        f"WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < {rows}) "
+        + select
+    )
+
+
+CANCEL_MID_FETCH = textwrap.dedent(
+    """
+    import asyncio, faulthandler, random, sys
+    from bot.store import sqlite_driver
+
+    SLOW = sys.argv[2]
+
+    async def main():
+        faulthandler.enable()
+        conn = await sqlite_driver.connect(sys.argv[1])
+        for _ in range(400):  # it crashed within 1-150 tries (mean ~55)
+            cursor = await conn.cursor()
+            with sqlite_driver.off_the_loop():
+                fetching = asyncio.create_task(cursor.execute(SLOW))
+            await asyncio.sleep(random.random() * 0.008)  # in its long step, mostly
+            fetching.cancel()
+            await asyncio.gather(fetching, return_exceptions=True)
+            await cursor.close()  # as SQLAlchemy may, on the cancellation
+        cursor = await conn.cursor()
+        await cursor.execute("SELECT 41 + 1")
+        print((await cursor.fetchone())[0], flush=True)
+        await conn.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_cursor_closed_while_its_cancelled_statement_runs_does_not_crash(tmp_path: Path):
+    """A statement whose wait is cancelled goes on on the worker thread; its
+    cursor, closed meanwhile, is closed there, after it. Closed on the loop's
+    thread while the statement was being stepped, it crashed the process with
+    a segfault within a few dozen tries."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CANCEL_MID_FETCH,
+            str(tmp_path / "c.db"),
+            # its first row comes at once; the step after it scans long, finds none
+            _slow(20_000, "SELECT 1 UNION ALL SELECT i FROM r WHERE i = -1"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["42"]
+
+
+async def test_a_call_answered_with_work_queued_after_it_leaves_the_worker_busy(tmp_path: Path):
+    """Another task's work queued on the worker thread after a call (a
+    statement not waited for) keeps the connection off the loop's thread
+    when that call answers: the next statement runs after that work, never
+    beside it on the loop's thread."""
+    conn = await sqlite_driver.connect(str(tmp_path / "q.db"))
+    conn.patience_ms = 1000
+    try:
+        await conn.statement("CREATE TABLE t (i INTEGER)", ())
+        with sqlite_driver.off_the_loop():
+            reading = asyncio.create_task(
+                conn.statement(f"SELECT count(*) FROM ({_slow(100_000)})", ())
+            )
+        await asyncio.sleep(0)  # queued on the worker
+        conn.statement_later(f"INSERT INTO t {_slow(300_000)}", ())
+        assert (await reading)[0] == [(100_000,)]
+        assert not conn.settled()  # the insert is still there
+        rows, _ = await conn.statement("SELECT count(*) FROM t", ())
+        assert rows == [(300_000,)]
+        assert conn.settled()
+    finally:
+        await conn.close()
