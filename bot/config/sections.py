@@ -44,9 +44,9 @@ class DatabaseSettings(Section):
     closed as they come back once unneeded for a minute (`bot.store.pool`)."""
     pool_timeout_seconds: float = Field(default=30.0, gt=0)
     """PostgreSQL: how long a statement may wait for a free connection."""
-    group_commit: bool = False
+    group_commit: bool = True
     """SQLite: writes queued together share one commit (`bot.store.group`);
-    off until a crash seen once in CI is understood."""
+    off: every write commits alone."""
 
     @field_validator("url")
     @classmethod

@@ -66,7 +66,7 @@ class Store:
         max_overflow: int = 20,
         pool_timeout: float = 30.0,
         sqlite_on_loop: bool = True,
-        group_commit: bool = False,
+        group_commit: bool = True,
     ) -> None:
         self.url = make_url(url)
         self.dialect = self.url.get_backend_name()

@@ -28,7 +28,7 @@ from tests.store.test_direct import items
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = Database("sqlite", tmp_path).store(group_commit=True)
+    store = Database("sqlite", tmp_path).store()  # on by default
     await store.upgrade()
     try:
         yield store
@@ -83,6 +83,19 @@ async def test_writes_queued_together_share_one_commit_and_each_is_durable_when_
     assert stored(store) == {f"e{i}" for i in range(30)}
     assert len(counted) in (1, 2, 3)  # one group (a flusher may commit a last few)
     assert not store._group.open
+
+
+async def test_with_group_commit_off_every_write_of_a_burst_commits_alone(tmp_path: Path):
+    """`[database] group_commit = false`: the same burst, one commit per write."""
+    store = Database("sqlite", tmp_path).store(group_commit=False)
+    await store.upgrade()
+    try:
+        counted = commits(store)
+        await asyncio.gather(*(write(store, f"e{i}") for i in range(30)))
+        assert stored(store) == {f"e{i}" for i in range(30)}
+        assert len(counted) == 30
+    finally:
+        await store.dispose()
 
 
 async def test_writes_of_a_group_go_on_in_the_order_they_came(store: Store):
