@@ -270,6 +270,28 @@ class Store:
             with contextlib.suppress(Exception):
                 await asyncio.shield(held.close())
 
+    @asynccontextmanager
+    async def _writes_finished(self) -> AsyncIterator[None]:
+        """SQLite: the block runs once the writes holding or queued on the lock
+        (tasks not stopped yet) have finished, and their open group committed,
+        the lock held (`DISPOSE_WAIT_S` at most: then it runs anyway, logged)."""
+        lock = self._write_lock
+        if lock is None:
+            yield
+            return
+        try:
+            await asyncio.wait_for(lock.acquire(), DISPOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("store.dispose_before_writes_finished after %.0fs", DISPOSE_WAIT_S)
+            yield
+            return
+        try:
+            with contextlib.suppress(Exception):  # failed: its writes were told
+                await self._group.commit_open()
+            yield
+        finally:
+            lock.release()
+
     async def ping(self) -> None:
         """One round trip to the database (on the urgent connections)."""
         async with self.urgent_engine.connect() as conn:
@@ -325,7 +347,8 @@ class Store:
 
     async def dispose(self) -> None:
         await self._group.close()
-        await self._release_writer()
+        async with self._writes_finished():
+            await self._release_writer()
         await self._release_reader()
         for kept in (self._kept, self._kept_urgent):
             if kept is not None:
@@ -335,6 +358,10 @@ class Store:
             await self.urgent_engine.dispose()
         if self._checkpoints is not None:
             await self._checkpoints.close()
+
+
+DISPOSE_WAIT_S = 10.0
+"""How long disposing waits for SQLite's writes in progress to finish."""
 
 
 def _driver_of(held: AsyncConnection | None) -> sqlite_driver.Connection | None:

@@ -132,18 +132,23 @@ class Group:
         still open (none of them did)."""
         try:
             async with self._lock:
-                if self._pending and self._write is not None:
-                    try:
-                        await self._write.commit()
-                    except BaseException as error:
-                        self._ended(error)
-                        await self._lost()
-                        raise
-                    self._ended(None)
+                await self.commit_open()
         except Exception as error:
             log.warning("store.group_commit_failed %s: %s", type(error).__name__, error)
         finally:
             self._flusher = None
+
+    async def commit_open(self) -> None:
+        """(Under the lock) Commit the open group, if any; a failed commit
+        fails its writes and discards the connection."""
+        if self._pending and self._write is not None:
+            try:
+                await self._write.commit()
+            except BaseException as error:
+                self._ended(error)
+                await self._lost()
+                raise
+            self._ended(None)
 
     async def close(self) -> None:
         """Commit what is open (shutdown): wait for the flusher."""

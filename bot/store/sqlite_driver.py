@@ -196,6 +196,13 @@ class Connection(aiosqlite.Connection):
     _inline_calls: ClassVar[int] = 0
     """calls run on the loop's thread since one of them gave the loop a turn"""
 
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        # A closed connection fails as a database does (aiosqlite: ValueError).
+        if self._connection is None:
+            raise sqlite3.OperationalError("the database connection is closed")
+        return self._connection
+
     def cursor(self) -> Result[Cursor]:  # type: ignore[override]
         return Result(self._new_cursor())
 
@@ -209,6 +216,8 @@ class Connection(aiosqlite.Connection):
         # The answer shows the worker idle only when nothing was queued after
         # this call (by another task sharing the connection: a shielded
         # rollback, say).
+        if not self._running or self._connection is None:
+            raise sqlite3.OperationalError("the database connection is closed")
         self._queued = True
         self._sent += 1
         mine = self._sent
@@ -293,8 +302,8 @@ class Connection(aiosqlite.Connection):
         thread (`patience_ms`), or queued on the worker thread without a hop
         back. A failure is raised by this connection's next statement or
         commit (and the statements after it do not run); a rollback forgets it."""
-        if not self._running or not self._connection:
-            raise ValueError("Connection closed")
+        if not self._running or self._connection is None:
+            raise sqlite3.OperationalError("the database connection is closed")
         begin = self.take_begin()
         if self._here():
             if self._failed is not None:
@@ -343,8 +352,9 @@ class Connection(aiosqlite.Connection):
 
     def transaction_open(self) -> bool:
         """A transaction's statements went out (or are queued): a commit has
-        something to do."""
-        return self._queued or self._conn.in_transaction
+        something to do (never on a closed connection)."""
+        connection = self._connection
+        return self._queued or (connection is not None and connection.in_transaction)
 
     def take_begin(self) -> str | None:
         begin, self._begin = self._begin, None

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import event
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
-from bot.store import Store, sqlite_driver
+from bot.store import Store, db, sqlite_driver
 from bot.store.rows import insert_rows
 from tests.conftest import Database
 from tests.paths import REPO_ROOT
@@ -258,3 +258,46 @@ def test_killed_while_groups_are_open_loses_no_write_that_returned(tmp_path: Pat
     numbers = {int(e[1:]) for e in events}
     for n in numbers:
         assert f"a{n}" in events and f"b{n}" in events  # never half a write
+
+
+async def test_dispose_lets_the_writes_in_progress_finish_first(store: Store):
+    """A store disposed of while a write is under way (a task not stopped yet)
+    closes the writer connection once that write, and those queued behind it,
+    have committed: none is failed by the connection closed under it."""
+    started = asyncio.Event()
+
+    async def slow(event: str) -> None:
+        async with store.write() as session:
+            await insert_rows(session, items(event, key=event))
+            started.set()
+            await asyncio.sleep(0.1)
+            await insert_rows(session, items(f"{event}-more", key=f"{event}-more"))
+
+    writes = [asyncio.create_task(slow("first")), asyncio.create_task(write(store, "queued"))]
+    await started.wait()
+    await store.dispose()
+    await asyncio.gather(*writes)
+    assert stored(store) == {"first", "first-more", "queued"}
+
+
+async def test_dispose_waits_for_a_stuck_write_only_so_long_and_says_so(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    monkeypatch.setattr(db, "DISPOSE_WAIT_S", 0.2)
+    started, stuck = asyncio.Event(), asyncio.Event()
+
+    async def stuck_write() -> None:
+        async with store.write() as session:
+            await insert_rows(session, items("stuck"))
+            started.set()
+            await stuck.wait()
+            await insert_rows(session, items("never", key="k2"))
+
+    writing = asyncio.create_task(stuck_write())
+    await started.wait()
+    await store.dispose()
+    assert "store.dispose_before_writes_finished" in caplog.text
+    stuck.set()
+    with pytest.raises(SQLAlchemyError, match="closed"):  # closed under it: it fails, loudly
+        await writing
+    assert stored(store) == set()

@@ -177,3 +177,19 @@ async def test_a_call_answered_with_work_queued_after_it_leaves_the_worker_busy(
         assert conn.settled()
     finally:
         await conn.close()
+
+
+async def test_a_closed_connection_fails_as_a_database_error(tmp_path: Path):
+    """After it is closed (a store disposed of under a write), what the
+    connection is asked fails as a database error, which callers handle as
+    one, not aiosqlite's ValueError."""
+    conn = await sqlite_driver.connect(str(tmp_path / "closed.db"))
+    conn.patience_ms = 1000
+    await conn.close()
+    assert not conn.transaction_open()
+    with pytest.raises(sqlite3.OperationalError, match="closed"):
+        await conn.statement("SELECT 1", ())
+    with pytest.raises(sqlite3.OperationalError, match="closed"):
+        conn.statement_later("SELECT 1", ())
+    with sqlite_driver.off_the_loop(), pytest.raises(sqlite3.OperationalError, match="closed"):
+        await conn.statement("SELECT 1", ())
