@@ -32,7 +32,11 @@ class Meter(Protocol):
     """Budget control around each LLM call of a run: `before_call` reserves
     tokens for the request (raising `BudgetExceeded` when the allowance cannot
     cover it) and returns the `max_tokens` the call may use; `after_call`
-    settles the reservation to what the call really used (None: it failed)."""
+    settles the reservation to what the call really used (None: it failed).
+    `role` is the user's role as `before_call` last found it: one changed while
+    the run goes on (an operator's) shows there from the next call."""
+
+    role: Role
 
     async def before_call(self, request: LLMRequest) -> int: ...
 

@@ -27,9 +27,12 @@ class ProbeTool:
     trusted_output: bool = True
     """Its result is the test's own text; False: content from elsewhere (marked)."""
     calls: list[Mapping[str, Any]] = field(default_factory=list)
+    contexts: list[ToolContext] = field(default_factory=list)
+    """each call's context, in order"""
 
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         self.calls.append(args)
+        self.contexts.append(ctx)
         if self.behaviour is None:
             return f"{self.name} ok {args.get('x', '')}".strip()
         result: str = await self.behaviour(self, args)

@@ -57,6 +57,7 @@ from bot.llm.types import (
 from bot.ports import Provider
 from bot.tools.actions import output_trusted
 from bot.tools.registry import tool_spec
+from bot.types import Role
 
 log = logging.getLogger("switchboard.agent")
 
@@ -102,6 +103,8 @@ class _Run:
     ) -> None:
         self.loop, self.spec, self.state, self.on_text = loop, spec, state, on_text
         self.events = RunEvents(loop.bus, spec.context.run_id, spec.context.conversation_key)
+        self.context = spec.context
+        """the tools' context: its role follows the user's (`_role_changed`)"""
         self.tools = {tool.name: tool for tool in spec.tools}
         self.specs = tuple(tool_spec(tool) for tool in spec.tools)
         self.history = list(spec.history)
@@ -179,6 +182,10 @@ class _Run:
             allowed = await spec.meter.before_call(request)
             if allowed < request.max_tokens:
                 request = dataclasses.replace(request, max_tokens=allowed)
+            if spec.meter.role is not self.context.role:
+                self._role_changed(spec.meter.role)
+                choice = request.tool_choice if self.specs else None
+                request = dataclasses.replace(request, tools=self.specs, tool_choice=choice)
         self.events.emit("activity", kind="thinking")
         timer = Timer()
         self.calls += 1
@@ -247,7 +254,7 @@ class _Run:
         self.events.emit("activity", kind="tool_exec")
         try:
             results = await self.loop.executor.run_all(
-                calls, self.tools, self.spec.context, on_done=finished, on_retry=retrying
+                calls, self.tools, self.context, on_done=finished, on_retry=retrying
             )
         except asyncio.CancelledError:
             partial = tuple(
@@ -259,7 +266,25 @@ class _Run:
         for call in calls:  # what the model reads next is not the requester's own words
             tool = self.tools.get(call.name)
             if tool is None or not output_trusted(tool):
-                self.spec.context.untrusted.add("tool_result")
+                self.context.untrusted.add("tool_result")
+
+    def _role_changed(self, role: Role) -> None:
+        """The user's role changed while the run goes on (seen at this call):
+        from now the run offers and runs only the tools the new role may use
+        (none is added: a promotion counts from the next run), and those see
+        the new role."""
+        self.context = dataclasses.replace(self.context, role=role)
+        kept = [tool for tool in self.tools.values() if role.at_least(tool.min_role)]
+        if len(kept) < len(self.tools):
+            dropped = sorted(set(self.tools) - {tool.name for tool in kept})
+            log.info(
+                "run.tools_withdrawn run=%s role=%s: %s",
+                self.context.run_id,
+                role.value,
+                ", ".join(dropped),
+            )
+        self.tools = {tool.name: tool for tool in kept}
+        self.specs = tuple(tool_spec(tool) for tool in kept)
 
     async def _take_inbox(self) -> bool:
         """Add messages that arrived meanwhile to the last user message."""

@@ -57,6 +57,24 @@ async def stopped_at_the_fourth_call(
     assert charged == sum(calls) == 3 * 1010 and reserved == 0
 
 
+async def set_role(
+    app: Any, database: Database, where: str, user_id: int, role: Role, heard: asyncio.Event
+) -> None:
+    """Change the user's role `where`: "here" as the /role command does, or as
+    `switchboard admin role set` does, in its own process (on PostgreSQL,
+    returning once `heard`: the account's notice reached the app)."""
+    if where == "here":
+        await Directory(app.store, app.pipeline.s.identity).set_role(user_id, role)
+        return
+    other = database.store()
+    try:
+        await Directory(other, Identity(other, ())).set_role(user_id, role)
+    finally:
+        await other.dispose()
+    if not app.store.is_sqlite:
+        await asyncio.wait_for(heard.wait(), 5)
+
+
 async def test_fifty_messages_at_once_never_spend_past_the_allowance(make_app, fake_anthropic):
     allowance = 12_000
     app = await make_app(budgets={"guest": allowance}, llm={"max_tokens": 1000})
@@ -151,16 +169,7 @@ async def test_a_role_changed_while_an_unlimited_run_goes_on_counts_from_the_nex
 
     async def demoted_at_the_third_step(tool: ProbeTool, args: Mapping[str, Any]) -> str:
         if len(tool.calls) == 3:
-            if where == "here":  # as the /role command does
-                await Directory(app.store, s.identity).set_role(user.id, Role.GUEST)
-            else:  # as `switchboard admin role set` does, in its own process
-                other = database.store()
-                try:
-                    await Directory(other, Identity(other, ())).set_role(user.id, Role.GUEST)
-                finally:
-                    await other.dispose()
-                if not s.store.is_sqlite:  # PostgreSQL: once the notice is heard
-                    await asyncio.wait_for(heard.wait(), 5)
+            await set_role(app, database, where, user.id, Role.GUEST, heard)
         return "stepped"
 
     step = ProbeTool("step", behaviour=demoted_at_the_third_step)
@@ -211,3 +220,58 @@ async def test_a_budget_that_cannot_be_read_again_mid_run_leaves_it_as_it_began(
     assert outcome.status == "answered"
     assert fake_anthropic.request_count == 2
     assert "budget.recheck_failed" in caplog.text and "disk I/O error" in caplog.text
+
+
+@pytest.mark.parametrize("where", ["here", "another process"])
+async def test_a_user_demoted_while_a_run_goes_on_loses_the_tools_of_their_old_role(
+    make_app, fake_anthropic, database: Database, where: str
+):
+    """An admin made a plain user while their run calls an admin-only tool:
+    from the next LLM call the run neither offers that tool to the model nor
+    runs it, and the tools it still runs see the new role."""
+    heard = asyncio.Event()
+    seen_roles: list[Role] = []
+
+    async def demoted_at_the_second_call(tool: ProbeTool, args: Mapping[str, Any]) -> str:
+        if len(tool.calls) == 2:
+            await set_role(app, database, where, user.id, Role.USER, heard)
+        return "done as admin"
+
+    admin_only = ProbeTool("admin_step", behaviour=demoted_at_the_second_call)
+    admin_only.min_role = Role.ADMIN
+
+    async def who(tool: ProbeTool, args: Mapping[str, Any]) -> str:
+        seen_roles.append(tool.contexts[-1].role)
+        return "checked"
+
+    anyone = ProbeTool("whoami", behaviour=who)
+    app = await make_app(
+        tools=[admin_only, anyone],
+        budgets={"admin": "unlimited", "user": "unlimited"},
+        llm={"max_iterations": 10},
+    )
+    s = app.pipeline.s
+    user = await s.identity.resolve(message("hi"))
+    await Directory(app.store, s.identity).set_role(user.id, Role.ADMIN)
+    await app.pipeline.s.coordination.listen(
+        lambda kind, key: heard.set() if (kind, key) == (ACCOUNT, str(user.id)) else None
+    )
+    app.attach(RecordingAdapter())
+
+    def respond(body: Mapping[str, Any]) -> dict[str, Any]:
+        offered = {t["name"] for t in body.get("tools", [])}
+        if "admin_step" in offered:
+            return tool_use_reply(tool_call("admin_step"), tool_call("whoami"))
+        if not seen_roles or seen_roles[-1] is not Role.USER:
+            return tool_use_reply(tool_call("whoami"))
+        return text_reply("finished")
+
+    fake_anthropic.responder = respond
+    outcome = await app.pipeline.handle(message("loop"))
+
+    assert outcome.status == "answered"
+    assert len(admin_only.calls) == 2  # never run after the demotion
+    offered = [{t["name"] for t in r.body.get("tools", [])} for r in fake_anthropic.requests]
+    assert "admin_step" in offered[0] and "admin_step" in offered[1]
+    assert all("admin_step" not in tools and "whoami" in tools for tools in offered[2:])
+    assert seen_roles[:2] == [Role.ADMIN, Role.ADMIN] and seen_roles[-1] is Role.USER
