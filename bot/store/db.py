@@ -280,7 +280,8 @@ class Store:
             yield
             return
         try:
-            await asyncio.wait_for(lock.acquire(), DISPOSE_WAIT_S)
+            async with asyncio.timeout(DISPOSE_WAIT_S):  # (wait_for may lose a lock it got)
+                await lock.acquire()
         except TimeoutError:
             log.warning("store.dispose_before_writes_finished after %.0fs", DISPOSE_WAIT_S)
             yield
