@@ -19,11 +19,13 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from datetime import UTC, datetime
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from bot.types import Usage, utcnow
 
@@ -33,6 +35,9 @@ __all__ = ["CONTENT_TYPE", "InboxBacklog", "Metrics", "label"]
 
 InboxBacklog = Callable[[], Awaitable[tuple[int, datetime | None]]]
 """Open inbox messages: how many, and when the oldest was accepted."""
+
+SqliteWrites = Callable[[], tuple[int, int, float]]
+"""SQLite's writes so far: turns on the write lock, commits, seconds waited."""
 
 OTHER = "other"
 _TOKEN = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
@@ -129,6 +134,7 @@ class Metrics:
         for outcome in WAKEUP_OUTCOMES:
             self.wakeups.labels(outcome)
         self._backlog: InboxBacklog | None = None
+        self._sqlite_writes: _SqliteWrites | None = None
         self._cache_seconds = cache_seconds
         self._timeout = timeout
         self._refreshed: float | None = None
@@ -201,6 +207,13 @@ class Metrics:
     def watch_inbox(self, backlog: InboxBacklog) -> None:
         self._backlog = backlog
 
+    def watch_sqlite_writes(self, writes: SqliteWrites) -> None:
+        """Read SQLite's write counts at each scrape (`_SqliteWrites`)."""
+        if self._sqlite_writes is not None:  # the app opened again: its new store
+            self.registry.unregister(self._sqlite_writes)
+        self._sqlite_writes = _SqliteWrites(writes)
+        self.registry.register(self._sqlite_writes)
+
     async def render(self) -> bytes:
         """The registry in Prometheus text format, inbox gauges refreshed."""
         await self._refresh_inbox()
@@ -224,6 +237,33 @@ class Metrics:
         self.inbox_pending.set(pending)
         age = (utcnow() - _aware(oldest)).total_seconds() if oldest is not None else 0.0
         self.inbox_oldest.set(max(age, 0.0))
+
+
+class _SqliteWrites(Collector):
+    """SQLite's one writer, read at scrape time: writes waiting long for their
+    turn say the database is the bottleneck (PostgreSQL scales out); writes
+    per commit say how much group commit shares."""
+
+    def __init__(self, writes: SqliteWrites) -> None:
+        self._writes = writes
+
+    def collect(self) -> Iterator[Metric]:
+        writes, commits, waited = self._writes()
+        yield CounterMetricFamily(
+            "switchboard_sqlite_writes",
+            "SQLite write transactions (turns on the write lock)",
+            value=writes,
+        )
+        yield CounterMetricFamily(
+            "switchboard_sqlite_commits",
+            "SQLite commits (writes grouped together share one)",
+            value=commits,
+        )
+        yield CounterMetricFamily(
+            "switchboard_sqlite_write_wait_seconds",
+            "Time SQLite writes spent waiting for their turn, all together",
+            value=waited,
+        )
 
 
 def _aware(moment: datetime) -> datetime:

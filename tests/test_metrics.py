@@ -188,3 +188,17 @@ async def test_the_llm_gate_shows_calls_in_flight_and_waiting() -> None:
     s = await scraped(metrics)
     assert value(s, "switchboard_llm_in_flight") == 0
     assert value(s, "switchboard_llm_waiting") == 0
+
+
+async def test_sqlite_write_counts_are_read_at_each_scrape_from_the_latest_store() -> None:
+    metrics = Metrics()
+    counts = [10, 4, 0.5]
+    metrics.watch_sqlite_writes(lambda: (counts[0], counts[1], counts[2]))
+    assert value(await scraped(metrics), "switchboard_sqlite_writes_total") == 10
+    counts[:] = [12, 5, 0.75]
+    s = await scraped(metrics)
+    assert value(s, "switchboard_sqlite_writes_total") == 12
+    assert value(s, "switchboard_sqlite_commits_total") == 5
+    assert value(s, "switchboard_sqlite_write_wait_seconds_total") == 0.75
+    metrics.watch_sqlite_writes(lambda: (1, 1, 0.0))  # the app opened again: a new store
+    assert value(await scraped(metrics), "switchboard_sqlite_writes_total") == 1

@@ -166,6 +166,10 @@ class App:
         coordination = Coordination(self.store, leases, self.settings.database.schema_name)
         inbox = Inbox(self.store, self.instance, durable.lease_seconds)
         self.metrics.watch_inbox(inbox.backlog)
+        if (writes := self.store.sqlite_writes) is not None:
+            self.metrics.watch_sqlite_writes(
+                lambda: (writes.writes, writes.commits, writes.waited_s)
+            )
         outbox = Outbox(self.store, self.instance, durable.lease_seconds)
         spool = Spool(spool_path(self.settings))
         writer = TurnWriter(

@@ -40,7 +40,7 @@ from bot.store import direct, sqlite_driver
 from bot.store.checkpoints import Checkpoints
 from bot.store.diagnose import explain, missing_tables
 from bot.store.files import ensure_directory, private_file
-from bot.store.group import Group, Ticket
+from bot.store.group import Group, Ticket, WriteStats
 from bot.store.kept import PING_IDLE_S, Kept
 from bot.store.outside import OutsideWrites
 from bot.store.pool import KeepingPool
@@ -155,6 +155,11 @@ class Store:
     @property
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
+
+    @property
+    def sqlite_writes(self) -> WriteStats | None:
+        """SQLite: this process's writes so far (waits, shared commits)."""
+        return self._group.stats if self._write_lock is not None else None
 
     @asynccontextmanager
     async def write(self, *, fresh: bool = False) -> AsyncIterator[AsyncSession]:

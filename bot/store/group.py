@@ -56,6 +56,21 @@ for stays short even while every turn of the event loop is long."""
 
 
 @dataclass(slots=True)
+class WriteStats:
+    """This process's SQLite writes so far, for an operator (`GET /metrics`):
+    how long writes waited for their turn on the lock (the sign that SQLite's
+    one writer is the bottleneck: time to move to PostgreSQL), and how many
+    shared a commit."""
+
+    writes: int = 0
+    """turns taken on the write lock"""
+    commits: int = 0
+    """transactions committed (a group's writes share one)"""
+    waited_s: float = 0.0
+    """time spent waiting for the lock, all writes together"""
+
+
+@dataclass(slots=True)
 class Ticket:
     """One write's place in a group: its future is set when the group ends."""
 
@@ -82,6 +97,7 @@ class Group:
         self._since = 0.0
         self._write: direct.Write | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self.stats = WriteStats()
 
     @property
     def open(self) -> bool:
@@ -89,11 +105,14 @@ class Group:
         return bool(self._pending)
 
     async def acquire(self) -> None:
+        started = time.monotonic()
         self.waiting += 1
         try:
             await self._lock.acquire()
         finally:
             self.waiting -= 1
+            self.stats.waited_s += time.monotonic() - started
+        self.stats.writes += 1
 
     def _may_defer(self, write: direct.Write) -> bool:
         return (
@@ -148,6 +167,7 @@ class Group:
                 self._ended(error)
                 await self._lost()
                 raise
+            self.stats.commits += 1
             self._ended(None)
 
     async def close(self) -> None:
@@ -191,7 +211,9 @@ class Group:
             if not orm and self._may_defer(write):
                 ticket.future = self._defer(write)
             else:
+                wrote = orm or driver.transaction_open()  # (the Session's commit was it)
                 await write.commit()
+                self.stats.commits += wrote
                 ticket.led = self.open
                 self._ended(None)
         except BaseException as error:

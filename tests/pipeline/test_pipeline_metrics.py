@@ -5,6 +5,8 @@ that could not be delivered."""
 
 from __future__ import annotations
 
+import asyncio
+
 from bot.app import App
 from tests.fakes.anthropic import (
     FakeUsage,
@@ -57,3 +59,32 @@ async def test_provider_errors_and_failed_deliveries_are_counted(make_app, fake_
     assert value(s, "switchboard_run_duration_seconds_count", status="failed") == 1
     assert value(s, "switchboard_delivery_failures_total", platform="console") == 1
     assert value(s, "switchboard_replies_sent_total", platform="console") == 0
+
+
+async def test_sqlite_writes_show_their_waits_and_shared_commits(make_app, fake_anthropic):
+    """A burst of messages in twenty conversations: on SQLite the writes, the
+    commits they shared and the time they waited for their turn are counted
+    (an operator's sign that SQLite's one writer is the bottleneck); on
+    PostgreSQL, where writes do not take turns, there are no such counts."""
+    app = await make_app(budgets={"guest": "unlimited"})
+    app.attach(RecordingAdapter())
+    fake_anthropic.responder = lambda body: text_reply("ok")
+    outcomes = await asyncio.gather(
+        *(
+            app.pipeline.handle(message(f"hi {i}", platform_channel_id=f"room{i}"))
+            for i in range(20)
+        )
+    )
+    assert {o.status for o in outcomes} == {"answered"}
+
+    s = await scraped(app)
+    writes = value(s, "switchboard_sqlite_writes_total")
+    commits = value(s, "switchboard_sqlite_commits_total")
+    waited = value(s, "switchboard_sqlite_write_wait_seconds_total")
+    if not app.store.is_sqlite:
+        assert (writes, commits, waited) == (0, 0, 0)
+        assert "switchboard_sqlite" not in (await app.metrics.render()).decode()
+        return
+    assert writes >= 3 * 20  # intake, turn, sent: three turns each at least
+    assert 0 < commits < writes  # queued together, they shared commits
+    assert waited > 0
