@@ -184,8 +184,8 @@ class _Run:
                 request = dataclasses.replace(request, max_tokens=allowed)
             if spec.meter.role is not self.context.role:
                 self._role_changed(spec.meter.role)
-                choice = request.tool_choice if self.specs else None
-                request = dataclasses.replace(request, tools=self.specs, tool_choice=choice)
+                if not self.tools and self.specs:  # nothing left it may run
+                    request = dataclasses.replace(request, tool_choice="none")
         self.events.emit("activity", kind="thinking")
         timer = Timer()
         self.calls += 1
@@ -270,21 +270,21 @@ class _Run:
 
     def _role_changed(self, role: Role) -> None:
         """The user's role changed while the run goes on (seen at this call):
-        from now the run offers and runs only the tools the new role may use
-        (none is added: a promotion counts from the next run), and those see
-        the new role."""
+        from now the run runs only the tools the new role may use (a call to
+        another is answered "not available"; none is added: a promotion counts
+        from the next run), and those see the new role. The definitions sent
+        stay as they were: the run's history names the tools it used, which
+        the API wants defined, and the cached prompt prefix stays whole."""
         self.context = dataclasses.replace(self.context, role=role)
-        kept = [tool for tool in self.tools.values() if role.at_least(tool.min_role)]
+        kept = {name: tool for name, tool in self.tools.items() if role.at_least(tool.min_role)}
         if len(kept) < len(self.tools):
-            dropped = sorted(set(self.tools) - {tool.name for tool in kept})
             log.info(
                 "run.tools_withdrawn run=%s role=%s: %s",
                 self.context.run_id,
                 role.value,
-                ", ".join(dropped),
+                ", ".join(sorted(set(self.tools) - set(kept))),
             )
-        self.tools = {tool.name: tool for tool in kept}
-        self.specs = tuple(tool_spec(tool) for tool in kept)
+        self.tools = kept
 
     async def _take_inbox(self) -> bool:
         """Add messages that arrived meanwhile to the last user message."""

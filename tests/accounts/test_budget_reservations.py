@@ -227,8 +227,8 @@ async def test_a_user_demoted_while_a_run_goes_on_loses_the_tools_of_their_old_r
     make_app, fake_anthropic, database: Database, where: str
 ):
     """An admin made a plain user while their run calls an admin-only tool:
-    from the next LLM call the run neither offers that tool to the model nor
-    runs it, and the tools it still runs see the new role."""
+    from the next LLM call the run no longer runs that tool (the model is told
+    it is not available), and the tools it still runs see the new role."""
     heard = asyncio.Event()
     seen_roles: list[Role] = []
 
@@ -257,21 +257,15 @@ async def test_a_user_demoted_while_a_run_goes_on_loses_the_tools_of_their_old_r
         lambda kind, key: heard.set() if (kind, key) == (ACCOUNT, str(user.id)) else None
     )
     app.attach(RecordingAdapter())
-
-    def respond(body: Mapping[str, Any]) -> dict[str, Any]:
-        offered = {t["name"] for t in body.get("tools", [])}
-        if "admin_step" in offered:
-            return tool_use_reply(tool_call("admin_step"), tool_call("whoami"))
-        if not seen_roles or seen_roles[-1] is not Role.USER:
-            return tool_use_reply(tool_call("whoami"))
-        return text_reply("finished")
-
-    fake_anthropic.responder = respond
+    fake_anthropic.script(
+        *(tool_use_reply(tool_call("admin_step"), tool_call("whoami")) for _ in range(3)),
+        text_reply("finished"),
+    )
     outcome = await app.pipeline.handle(message("loop"))
 
     assert outcome.status == "answered"
-    assert len(admin_only.calls) == 2  # never run after the demotion
-    offered = [{t["name"] for t in r.body.get("tools", [])} for r in fake_anthropic.requests]
-    assert "admin_step" in offered[0] and "admin_step" in offered[1]
-    assert all("admin_step" not in tools and "whoami" in tools for tools in offered[2:])
-    assert seen_roles[:2] == [Role.ADMIN, Role.ADMIN] and seen_roles[-1] is Role.USER
+    assert len(admin_only.calls) == 2  # not run at the third step, after the demotion
+    assert seen_roles == [Role.ADMIN, Role.ADMIN, Role.USER]
+    last = fake_anthropic.requests[-1].body["messages"][-1]["content"]
+    refused = [b for b in last if b["type"] == "tool_result" and b.get("is_error")]
+    assert len(refused) == 1 and "not available" in str(refused[0]["content"])

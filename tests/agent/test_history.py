@@ -237,3 +237,19 @@ def test_the_same_rows_again_give_the_same_messages_and_changed_rows_their_own()
     assert build_history(rows, None, policy, Viewer(7))[-2].content[-1] != TextBlock(
         "and you, Bob?"
     )
+
+
+def test_the_fake_refuses_tool_blocks_without_tools_as_the_api_does():
+    """The fake's rule the agent loop relies on (a role change keeps the tools
+    defined): a history with tool calls needs tool definitions."""
+    messages = to_chat_messages(
+        [
+            HistoryRow("user", "hi"),
+            HistoryRow("tool_call", "", "t1", "a", {}),
+            HistoryRow("tool_result", "r1", "t1"),
+            HistoryRow("assistant", "done"),
+        ]
+    )
+    body = api_body(messages)
+    assert validate_request(body) is None
+    assert "must define tools" in (validate_request({**body, "tools": []}) or "")

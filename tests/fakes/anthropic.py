@@ -391,9 +391,12 @@ def validate_request(body: Mapping[str, Any], *, count_tokens: bool = False) -> 
     for i in range(len(messages)):
         if problem := _validate_message(i, messages):
             return problem
-    for i, tool in enumerate(_blocks(body.get("tools"))):
+    tools = _blocks(body.get("tools"))
+    for i, tool in enumerate(tools):
         if not tool.get("name") or not isinstance(tool.get("input_schema"), dict):
             return f"tools.{i}: name and input_schema are required"
+    if not tools and any(_tool_ids(m, k) for m in messages for k in ("tool_use", "tool_result")):
+        return "Requests which include `tool_use` or `tool_result` blocks must define tools."
     if (n := len(cache_breakpoints(body))) > 4:
         return f"A maximum of 4 blocks with cache_control may be provided. Found {n}."
     return None

@@ -177,7 +177,7 @@ async def test_tool_result_error_flag(fake: FakeAnthropic, provider: AnthropicPr
         assistant(use),
         user(ToolResultBlock("toolu_1", "boom", is_error=True)),
     )
-    await provider.complete(req(*history, cache=False))
+    await provider.complete(req(*history, cache=False, tools=(tool("clock"),)))
     assert fake.last_request.messages[2]["content"] == [
         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "boom", "is_error": True}
     ]
