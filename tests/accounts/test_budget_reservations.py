@@ -269,3 +269,42 @@ async def test_a_user_demoted_while_a_run_goes_on_loses_the_tools_of_their_old_r
     last = fake_anthropic.requests[-1].body["messages"][-1]["content"]
     refused = [b for b in last if b["type"] == "tool_result" and b.get("is_error")]
     assert len(refused) == 1 and "not available" in str(refused[0]["content"])
+
+
+async def test_a_run_left_no_tool_it_may_run_asks_for_an_answer_without_tools(
+    make_app, fake_anthropic, tmp_path
+):
+    """A persona whose only tool is admin-only, its admin demoted mid-run: the
+    next request still defines the tool (its calls are in the history) and
+    says tool_choice none, so the model answers instead of calling it."""
+    heard = asyncio.Event()
+    personas = tmp_path / "personas"
+    personas.mkdir()
+    (personas / "default.toml").write_text(
+        'name = "default"\nis_default = true\nprompt = "You help."\ntools = ["test"]\n'
+    )
+
+    async def demoting(tool: ProbeTool, args: Mapping[str, Any]) -> str:
+        await Directory(app.store, app.pipeline.s.identity).set_role(user.id, Role.USER)
+        heard.set()
+        return "done as admin"
+
+    admin_only = ProbeTool("admin_step", behaviour=demoting)
+    admin_only.min_role = Role.ADMIN
+    app = await make_app(
+        tools=[admin_only],
+        budgets={"admin": "unlimited", "user": "unlimited"},
+        personas={"dir": str(personas)},
+    )
+    user = await app.pipeline.s.identity.resolve(message("hi"))
+    await Directory(app.store, app.pipeline.s.identity).set_role(user.id, Role.ADMIN)
+    app.attach(RecordingAdapter())
+    fake_anthropic.script(tool_use_reply(tool_call("admin_step")), text_reply("answered"))
+    outcome = await app.pipeline.handle(message("go"))
+
+    assert outcome.status == "answered" and heard.is_set()
+    first, second = (r.body for r in fake_anthropic.requests[-2:])
+    assert [t["name"] for t in first["tools"]] == ["admin_step"]
+    assert "tool_choice" not in first
+    assert [t["name"] for t in second["tools"]] == ["admin_step"]
+    assert second["tool_choice"] == {"type": "none"}
