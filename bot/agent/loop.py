@@ -26,6 +26,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import Literal
 
 from bot.agent.compaction import Summarizer, compact_view, split_summary
 from bot.agent.events import EventBus, RunEvents
@@ -176,7 +177,7 @@ class _Run:
             cache_min_tokens=spec.limits.min_cache_tokens,
             history_end=history_end,
             volatile=volatile,
-            tool_choice="none" if wrap_up and self.specs else None,
+            tool_choice=self._tool_choice(wrap_up),
         )
         if spec.meter is not None:  # reserve before the call; may shrink max_tokens
             allowed = await spec.meter.before_call(request)
@@ -184,8 +185,7 @@ class _Run:
                 request = dataclasses.replace(request, max_tokens=allowed)
             if spec.meter.role is not self.context.role:
                 self._role_changed(spec.meter.role)
-                if not self.tools and self.specs:  # nothing left it may run
-                    request = dataclasses.replace(request, tool_choice="none")
+                request = dataclasses.replace(request, tool_choice=self._tool_choice(wrap_up))
         self.events.emit("activity", kind="thinking")
         timer = Timer()
         self.calls += 1
@@ -267,6 +267,11 @@ class _Run:
             tool = self.tools.get(call.name)
             if tool is None or not output_trusted(tool):
                 self.context.untrusted.add("tool_result")
+
+    def _tool_choice(self, wrap_up: bool) -> Literal["none"] | None:
+        """ "none" when the tools are defined but the model may not call any:
+        the last step, or none left that the user's role may run."""
+        return "none" if self.specs and (wrap_up or not self.tools) else None
 
     def _role_changed(self, role: Role) -> None:
         """The user's role changed while the run goes on (seen at this call):

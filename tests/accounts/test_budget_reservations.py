@@ -299,12 +299,18 @@ async def test_a_run_left_no_tool_it_may_run_asks_for_an_answer_without_tools(
     user = await app.pipeline.s.identity.resolve(message("hi"))
     await Directory(app.store, app.pipeline.s.identity).set_role(user.id, Role.ADMIN)
     app.attach(RecordingAdapter())
-    fake_anthropic.script(tool_use_reply(tool_call("admin_step")), text_reply("answered"))
+    fake_anthropic.script(
+        tool_use_reply(tool_call("admin_step")),
+        tool_use_reply(tool_call("admin_step")),  # a model that calls it all the same
+        text_reply("answered"),
+    )
     outcome = await app.pipeline.handle(message("go"))
 
     assert outcome.status == "answered" and heard.is_set()
-    first, second = (r.body for r in fake_anthropic.requests[-2:])
+    first, second, third = (r.body for r in fake_anthropic.requests[-3:])
     assert [t["name"] for t in first["tools"]] == ["admin_step"]
     assert "tool_choice" not in first
     assert [t["name"] for t in second["tools"]] == ["admin_step"]
     assert second["tool_choice"] == {"type": "none"}
+    assert third["tool_choice"] == {"type": "none"}  # and every call after it
+    assert len(admin_only.calls) == 1
