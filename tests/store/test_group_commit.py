@@ -301,3 +301,25 @@ async def test_dispose_waits_for_a_stuck_write_only_so_long_and_says_so(
     with pytest.raises(SQLAlchemyError, match="closed"):  # closed under it: it fails, loudly
         await writing
     assert stored(store) == set()
+
+
+async def test_dispose_commits_a_group_left_open_for_a_write_queued_behind_it(store: Store):
+    """The write under way finishes while a write queued after the dispose
+    waits, so it leaves its group open for that one: the dispose, next on the
+    lock, commits the group before it closes the connection."""
+    started = asyncio.Event()
+
+    async def slow() -> None:
+        async with store.write() as session:
+            await insert_rows(session, items("first"))
+            started.set()
+            await asyncio.sleep(0.1)
+
+    first = asyncio.create_task(slow())
+    await started.wait()
+    disposing = asyncio.create_task(store.dispose())
+    await asyncio.sleep(0)  # the dispose waits on the lock
+    late = asyncio.create_task(write(store, "late"))
+    outcomes = await asyncio.gather(first, disposing, late, return_exceptions=True)
+    assert outcomes == [None, None, None]
+    assert stored(store) == {"first", "late"}
