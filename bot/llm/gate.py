@@ -14,6 +14,7 @@ order their pre-model work finished in.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import heapq
 import itertools
@@ -51,6 +52,10 @@ def arrived(at: float) -> Iterator[None]:
         arrival.reset(token)
 
 
+Waiter = tuple[float, int, "asyncio.Future[None]"]
+"""A waiter's place: its key, its turn in asking, and what it awaits."""
+
+
 class FairLimiter:
     """At most `limit` holders at once (0: no limit). Waiters are served lowest
     key first, equal keys in the order they asked."""
@@ -60,7 +65,7 @@ class FairLimiter:
         self.held = 0
         self.peak = 0
         """The most holders at once so far (for figures and tests)."""
-        self._waiters: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._waiters: list[Waiter] = []
         self._order = itertools.count()
 
     @property
@@ -69,7 +74,7 @@ class FairLimiter:
 
     def locked(self) -> bool:
         """Whether an `acquire` now would wait."""
-        return self.limit > 0 and (self.held >= self.limit or bool(self._waiters))
+        return self.limit > 0 and (self.held >= self.limit or self.waiting > 0)
 
     async def acquire(self, key: float = 0.0) -> None:
         if not self.locked():
@@ -77,16 +82,14 @@ class FairLimiter:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (key, next(self._order), future)
-        heapq.heappush(self._waiters, entry)
+        self._push(entry)
         try:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self.release()  # granted just as it was cancelled: pass it on
             else:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(entry)
-                    heapq.heapify(self._waiters)
+                self._remove(entry)
                 self._wake()
             raise
 
@@ -109,12 +112,62 @@ class FairLimiter:
         self.peak = max(self.peak, self.held)
 
     def _wake(self) -> None:
-        while self._waiters and (self.limit <= 0 or self.held < self.limit):
-            _, _, future = heapq.heappop(self._waiters)
+        while self.waiting and (self.limit <= 0 or self.held < self.limit):
+            _, _, future = self._pop()
             if future.done():  # cancelled meanwhile
                 continue
             self._take()
             future.set_result(None)
+
+    # The waiters' queue: lowest key first, then in the order they asked.
+
+    def _push(self, entry: Waiter) -> None:
+        heapq.heappush(self._waiters, entry)
+
+    def _pop(self) -> Waiter:
+        return heapq.heappop(self._waiters)
+
+    def _remove(self, entry: Waiter) -> None:
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(entry)
+            heapq.heapify(self._waiters)
+
+
+class TakingTurns(FairLimiter):
+    """A `FairLimiter` whose waiters of different keys take turns: when a
+    place frees and several keys wait, it goes to the lowest key that was
+    not served last (each key's waiters in the order they asked), so that no
+    key starves the others however many of its waiters keep coming. With one
+    key waiting, that key is served."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self._queues: dict[float, collections.deque[Waiter]] = {}
+        self._count = 0
+        self._last: float | None = None
+
+    @property
+    def waiting(self) -> int:
+        return self._count
+
+    def _push(self, entry: Waiter) -> None:
+        self._queues.setdefault(entry[0], collections.deque()).append(entry)
+        self._count += 1
+
+    def _pop(self) -> Waiter:
+        keys = sorted(key for key, queue in self._queues.items() if queue)
+        key = next((k for k in keys if k != self._last), keys[0])
+        entry = self._queues[key].popleft()
+        self._count -= 1
+        if not entry[2].done():  # (one cancelled meanwhile takes no turn)
+            self._last = key
+        return entry
+
+    def _remove(self, entry: Waiter) -> None:
+        queue = self._queues.get(entry[0])
+        if queue is not None and entry in queue:
+            queue.remove(entry)
+            self._count -= 1
 
 
 class GatedProvider:

@@ -18,11 +18,16 @@ and `/healthz` share that loop, so under more load than the CPU can answer,
 the answering slows down, not the accepting. Runs already under way are not
 held back: finishing them is what frees the loop.
 
-Slots are handed out fairly (`bot.llm.gate.FairLimiter`): a message taking its
-slot back after a wait (its turn came, the model answered) goes before every
-message not yet started, so under a burst of a thousand new messages the runs
-already under way finish (and reply) first instead of queueing behind the
-whole burst; within each kind, first come first served.
+Slots are handed out fairly (`bot.llm.gate.TakingTurns`): messages taking
+their slot back after a wait (their turn came, the model answered) and
+messages not yet started take turns, a resuming one first; within each kind,
+first come first served. So under a burst of a thousand new messages the runs
+already under way go on (and reply) without queueing behind the whole burst,
+and the burst still reaches the model meanwhile: were the runs coming back
+from the model served first, every message not yet started would wait for
+all of them (with a model taking about as long as the burst's pre-model work,
+the last messages reached it only after the first thousand answers were
+written, and the burst took half again as long).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 
-from bot.llm.gate import FairLimiter
+from bot.llm.gate import FairLimiter, TakingTurns
 
 RESUMING, NEW = 0.0, 1.0
 """Queue keys: a message that already had a slot goes before new ones."""
@@ -96,7 +101,7 @@ class LoopLag:
 
 class Admission:
     def __init__(self, limit: int, max_loop_lag: float = 0.0) -> None:
-        self._limiter = FairLimiter(limit)
+        self._limiter = TakingTurns(limit)
         self.limit = limit
         self.lag = LoopLag(max_loop_lag)
 

@@ -107,3 +107,45 @@ async def test_a_message_taking_its_slot_back_goes_before_new_ones() -> None:
     await asyncio.gather(first, b, *others)
     assert order == ["blocker", "running", "new0", "new1", "new2"]
     assert not admission.waiting
+
+
+async def test_runs_coming_back_do_not_starve_new_messages() -> None:
+    """Under a burst where runs keep coming back from the model while new
+    messages wait, the two take turns: the new ones still reach the model
+    (before, every run coming back went first, and the last messages of a
+    burst reached the model only once the first ones had all been answered)."""
+    admission = Admission(1)
+    order: list[str] = []
+    back = [asyncio.Event() for _ in range(4)]
+
+    async def running(i: int) -> None:
+        async with admission.slot() as slot:
+            slot.give_up()  # waiting for the model
+            await back[i].wait()
+            await slot.take()  # the model answered
+            order.append(f"back{i}")
+
+    async def new(i: int) -> None:
+        async with admission.slot():
+            order.append(f"new{i}")
+
+    runs = [asyncio.create_task(running(i)) for i in range(4)]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    gate = asyncio.Event()
+
+    async def blocker() -> None:
+        async with admission.slot():
+            await gate.wait()
+
+    held = asyncio.create_task(blocker())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    news = [asyncio.create_task(new(i)) for i in range(2)]
+    for event in back:  # all four answered while the slot is taken
+        event.set()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    gate.set()
+    await asyncio.gather(held, *runs, *news)
+    assert order == ["back0", "new0", "back1", "new1", "back2", "back3"]
