@@ -128,6 +128,9 @@ class Store:
         self._writer = Sessions(self.engine)
         self._held: AsyncConnection | None = None
         self._held_writer = self._writer
+        self._held_write: direct.Write | None = None
+        """the held connection's write transactions on its driver, when it is
+        this service's (`direct.Write`)"""
         self._held_reader: AsyncConnection | None = None
         """SQLite: the connection kept for reads on the loop (`in_direct_read`)"""
         self._reader_lock = asyncio.Lock()
@@ -176,13 +179,13 @@ class Store:
         ticket, failed = Ticket(), None
         try:
             sessions = await self._sqlite_writer()
-            held, driver = self._held, _driver_of(self._held)
-            if held is None or driver is None:
+            write = self._held_write
+            if write is None:
                 transaction = in_transaction(sessions)
             else:
                 if fresh:
-                    await self.outside.look(driver)
-                transaction = self._group.write(sessions, direct.Write(held, driver), ticket)
+                    await self.outside.look(write.driver)
+                transaction = self._group.write(sessions, write, ticket)
             async with transaction as session:
                 yield session
         except BaseException as error:
@@ -246,12 +249,16 @@ class Store:
             await self._release_writer()
             held = self._held = await self.engine.connect()
             self._held_writer = Sessions(held)
+            driver = _driver_of(held)
+            self._held_write = None if driver is None else direct.Write(held, driver)
         return self._held_writer
 
-    async def _direct_reader(self) -> AsyncConnection | None:
-        """SQLite on the loop: the connection kept for reads, connected (again)
-        when there is none usable; None when its driver is not this service's
-        (the read goes the usual way)."""
+    async def _direct_reader(
+        self,
+    ) -> tuple[AsyncConnection, sqlite_driver.Connection] | None:
+        """SQLite on the loop: the connection kept for reads (and its driver),
+        connected (again) when there is none usable; None when its driver is
+        not this service's (the read goes the usual way)."""
         held = self._held_reader
         if held is None or held.closed or held.invalidated:
             async with self._reader_lock:  # one connects; the others wait for it
@@ -261,7 +268,8 @@ class Store:
                     held = await self.engine.connect()
                     await held.execution_options(**{_READONLY: True})
                     self._held_reader = held
-        return held if _driver_of(held) is not None else None
+        driver = _driver_of(held)
+        return None if driver is None else (held, driver)
 
     async def _release_reader(self) -> None:
         held, self._held_reader = self._held_reader, None
@@ -271,6 +279,7 @@ class Store:
 
     async def _release_writer(self) -> None:
         held, self._held = self._held, None
+        self._held_write = None
         if held is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(held.close())
@@ -325,7 +334,7 @@ class Store:
                     yield session
                 return
             try:
-                async with in_direct_read(self._reader, reader) as session:
+                async with in_direct_read(self._reader, *reader) as session:
                     yield session
             except DBAPIError:
                 await self._release_reader()  # a fresh one for the next read

@@ -69,16 +69,10 @@ class Plan:
     """the caller's keys given as IN-lists (the SQL has one parameter per item)"""
     processed: tuple[tuple[int, Callable[[Any], Any]], ...] = ()
     """the result columns that have a processor: (index, processor)"""
-
-    def arguments(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        out = []
-        for key, index, constant, process in self.binds:
-            if key is None:
-                out.append(constant)
-            else:
-                value = params[key] if index < 0 else params[key][index]
-                out.append(value if process is None or value is None else process(value))
-        return tuple(out)
+    arguments: Callable[[Mapping[str, Any]], tuple[Any, ...]] = tuple
+    """the positional parameters from the caller's: `binds` made into one
+    function (`_arguments`), for the statement that runs a dozen times a
+    message"""
 
     def rows(self, raw: list[Any]) -> list[Any]:
         make = self.row._make
@@ -123,7 +117,7 @@ class Result:
         return iter(self._rows)
 
 
-def _returns_rows(statement: Executable) -> bool:
+def returns_rows(statement: Executable) -> bool:
     return bool(list(getattr(statement, "exported_columns", ())))
 
 
@@ -139,7 +133,7 @@ def driver_of(connection: AsyncConnection, statement: Executable, params: Any) -
     None when this path does not apply: another driver, no parameters (a
     statement built for one call), or an executemany with RETURNING (which
     SQLAlchemy turns into multi-row INSERTs)."""
-    if not params or (isinstance(params, list) and _returns_rows(statement)):
+    if not params or (isinstance(params, list) and returns_rows(statement)):
         return None
     sync = connection.sync_connection
     if sync is None:
@@ -166,8 +160,8 @@ async def run(
     `wait` False, return None without waiting on SQLite (a failure is raised
     by the transaction's next statement or its commit); asyncpg's statements
     are waited for."""
-    first = params[0] if isinstance(params, list) else params
-    many = first is not params
+    many = isinstance(params, list)
+    first: Mapping[str, Any] = params[0] if isinstance(params, list) else params
     sync = connection.sync_connection
     assert sync is not None
     dialect = sync.dialect
@@ -177,7 +171,8 @@ async def run(
         if isinstance(params, list)
         else plan.arguments(first)
     )
-    echo(plan.sql, arguments)
+    if _ECHO.isEnabledFor(logging.INFO):
+        echo(plan.sql, arguments)
     listeners = sync.dispatch.before_cursor_execute
     if listeners:  # (none in the service; iterating even none costs a few µs)
         for listener in listeners:
@@ -258,6 +253,7 @@ def _compile(statement: Executable, dialect: Dialect, params: Mapping[str, Any])
         statement=statement,
         sql=state.statement,
         binds=tuple(binds),
+        arguments=_arguments(binds),
         columns=processors,
         row=namedtuple("Row", names, rename=True),
         expanding=tuple(key for key in state.parameter_expansion if key in params),
@@ -267,11 +263,40 @@ def _compile(statement: Executable, dialect: Dialect, params: Mapping[str, Any])
     )
 
 
+def _arguments(
+    binds: list[tuple[str | None, int, Any, Processor]],
+) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """`binds` as one function of the caller's parameters returning the
+    positional ones: each the caller's value (an IN-list's item), through the
+    type's bind processor unless None, or a constant. Generated once per plan,
+    as SQLAlchemy generates its own per-statement code: a loop over the binds
+    with a branch per kind costs, per statement, more than SQLite's execution
+    of a short one."""
+    scope: dict[str, Any] = {}
+    parts: list[str] = []
+    for i, (key, index, constant, process) in enumerate(binds):
+        if key is None:
+            scope[f"c{i}"] = constant
+            parts.append(f"c{i}")
+            continue
+        value = f"p[{key!r}]" if index < 0 else f"p[{key!r}][{index}]"
+        if process is None:
+            parts.append(value)
+        else:
+            scope[f"f{i}"] = process
+            parts.append(f"(None if (v{i} := {value}) is None else f{i}(v{i}))")
+    body = "".join(f"{part}, " for part in parts)
+    exec(f"def arguments(p):\n    return ({body})\n", scope)  # (keys: parameter names)
+    return scope["arguments"]  # type: ignore[no-any-return]
+
+
 WRITE = "switchboard.direct.write"
 """The key of a session's `Write` in its `info` (`bot.store.db`)."""
 READ = "switchboard.direct.read"
 """The key of a read session's connection for the driver path in its `info`
 (`bot.store.sessions.in_direct_read`)."""
+READ_DRIVER = "switchboard.direct.read_driver"
+"""... and of that connection's driver."""
 KEPT = "switchboard.direct.kept"
 """The key of a session's `bot.store.kept.Slot` in its `info`: PostgreSQL's
 connection for the driver path (`bot.store.sessions.on_kept`)."""

@@ -42,7 +42,7 @@ from sqlalchemy import exc
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import direct
-from bot.store.sessions import Sessions, abandon, put_back, rollback_failed
+from bot.store.sessions import Sessions, abandon, orm_used, put_back, rollback_failed
 
 log = logging.getLogger("switchboard.store")
 
@@ -199,7 +199,7 @@ class Group:
         orm = False
         try:
             yield session
-            orm = bool(sync.in_transaction() or sync.new or sync.deleted or sync.dirty)
+            orm = orm_used(sync)
             if orm:  # the Session's commit is the transaction's: the group's
                 await session.commit()
             elif joining:

@@ -52,9 +52,19 @@ async def execute(
     transaction never commits without it. Several rows for an `insert_rows`
     INSERT (up to `MAX_KEPT_ROWS`) are kept back too, as one multi-row
     INSERT, which numbers them in their order."""
+    info = session.sync_session.info
+    if params and (not isinstance(params, list) or not direct.returns_rows(statement)):
+        # SQLite's write transaction on the driver, or its reads on the loop:
+        # straight to the driver (`driver_of` would find the same one)
+        write: direct.Write | None = info.get(direct.WRITE)
+        if write is not None:
+            write.begin()
+            return await direct.run(write.connection, write.driver, statement, params, wait=wait)
+        reader = info.get(direct.READ)
+        if reader is not None:
+            return await direct.run(reader, info[direct.READ_DRIVER], statement, params, wait=wait)
     connection = await _connection(session)
     driver = direct.driver_of(connection, statement, params)
-    info = session.sync_session.info
     if driver is None:
         if _kept_for_driver(info, connection):  # it takes the driver path's only
             connection = await _own_connection(session)

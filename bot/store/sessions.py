@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker
+from sqlalchemy.orm import Session
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import direct
 from bot.store.kept import Kept, Slot
 from bot.store.rows import flush_deferred
+from bot.store.sqlite_driver import Connection as DriverConnection
 
 log = logging.getLogger("switchboard.store")
 
@@ -71,16 +73,25 @@ async def in_transaction(sessions: Sessions) -> AsyncIterator[AsyncSession]:
 
 async def put_back(sessions: Sessions, session: AsyncSession) -> None:
     """Close a session whose transaction ended well, and keep it for reuse."""
-    if session.sync_session.in_transaction():  # begun again after the commit (not ours)
+    sync = session.sync_session
+    if sync.in_transaction():  # begun again after the commit (not ours)
         await session.close()
-    else:
-        session.sync_session.close()
+    elif orm_used(sync) or sync.identity_map:  # (a session the ORM never touched: as new)
+        sync.close()
     sessions.give(session)
+
+
+def orm_used(sync: Session) -> bool:
+    """Whether the ORM was used in `sync` since it began: a transaction of the
+    Session's own, or objects added, deleted or changed. (Session's `new`,
+    `deleted` and `dirty` answer it too, but build a set each: on the hot path
+    every write asks.)"""
+    return bool(sync.in_transaction() or sync._new or sync._deleted or sync.identity_map._modified)
 
 
 @asynccontextmanager
 async def in_direct_read(
-    sessions: Sessions, reader: AsyncConnection
+    sessions: Sessions, reader: AsyncConnection, driver: DriverConnection
 ) -> AsyncIterator[AsyncSession]:
     """`in_transaction` for SQLite's reads on the event loop: the statements
     run through `bot.store.rows` that the driver path takes go straight to the
@@ -92,6 +103,7 @@ async def in_direct_read(
     session = sessions.take()
     sync = session.sync_session
     sync.info[direct.READ] = reader
+    sync.info[direct.READ_DRIVER] = driver
     try:
         yield session
     except BaseException:
