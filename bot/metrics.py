@@ -21,6 +21,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -44,6 +45,10 @@ _TOKEN = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
 WAKEUP_OUTCOMES = ("answered", "silent", "refused", "failed", "delivery_failed", "missed")
+
+
+MAX_CHILDREN = 4096
+"""Labelled children kept by `Metrics._child` (label values are few)."""
 
 
 def label(value: object, allowed: Collection[str] | None = None) -> str:
@@ -133,6 +138,7 @@ class Metrics:
             self.llm_tokens.labels(kind)
         for outcome in WAKEUP_OUTCOMES:
             self.wakeups.labels(outcome)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._backlog: InboxBacklog | None = None
         self._sqlite_writes: _SqliteWrites | None = None
         self._cache_seconds = cache_seconds
@@ -153,20 +159,32 @@ class Metrics:
         ):
             counter.labels(name)
 
+    def _child(self, metric: Any, *values: str) -> Any:
+        """`metric` with the labels `values` (each through `label`), the child
+        kept: prometheus_client's `labels` validates and looks it up under a
+        lock on every call, and a message counts half a dozen times."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) >= MAX_CHILDREN:
+                self._children.clear()
+            child = self._children[key] = metric.labels(*(label(v) for v in values))
+        return child
+
     def message_received(self, platform: str) -> None:
-        self.messages_received.labels(label(platform)).inc()
+        self._child(self.messages_received, platform).inc()
 
     def reply_sent(self, platform: str) -> None:
-        self.replies_sent.labels(label(platform)).inc()
+        self._child(self.replies_sent, platform).inc()
 
     def reply_suppressed(self, platform: str) -> None:
-        self.replies_suppressed.labels(label(platform)).inc()
+        self._child(self.replies_suppressed, platform).inc()
 
     def delivery_failed(self, platform: str) -> None:
         self.delivery_failures.labels(label(platform)).inc()
 
     def llm_call(self, model: str, outcome: str, usage: Usage | None, cost: float = 0.0) -> None:
-        self.llm_requests.labels(label(model), label(outcome)).inc()
+        self._child(self.llm_requests, model, outcome).inc()
         if usage is not None:
             for kind, tokens in zip(
                 TOKEN_KINDS,
@@ -179,12 +197,12 @@ class Metrics:
                 strict=True,
             ):
                 if tokens > 0:
-                    self.llm_tokens.labels(kind).inc(tokens)
+                    self._child(self.llm_tokens, kind).inc(tokens)
         if cost > 0:
             self.llm_cost.inc(cost)
 
     def run_finished(self, status: str, seconds: float) -> None:
-        self.run_duration.labels(label(status)).observe(max(seconds, 0.0))
+        self._child(self.run_duration, status).observe(max(seconds, 0.0))
 
     def tool_called(self, tool: str, known: Collection[str], outcome: str) -> None:
         """`tool` as the model named it: a name not in `known` (the model's

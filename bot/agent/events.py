@@ -156,7 +156,7 @@ class RunEvents:
     conversation_key: str
 
     def emit(self, type: EventType, **data: Any) -> None:
-        if self.bus is None:
+        if self.bus is None or not self.bus.subscribers:  # nobody listens: no event made
             return
         try:
             self.bus.publish(Event(type, self.run_id, self.conversation_key, data))

@@ -109,6 +109,10 @@ class _Run:
         self.tools = {tool.name: tool for tool in spec.tools}
         self.specs = tuple(tool_spec(tool) for tool in spec.tools)
         self.history = list(spec.history)
+        self._sized: tuple[list[ChatMessage], int] | None = None
+        """`self.history` and its estimated tokens (`_history_tokens`)"""
+        self.fixed_tokens = prompt_tokens(spec.system, (), self.specs) + text_tokens(spec.volatile)
+        """the estimated tokens of every request's part that is not its messages"""
         self.view = list(state.messages)  # this run's messages as the model sees them
         self.max_tokens = spec.max_tokens
         self.calls = 0
@@ -309,10 +313,15 @@ class _Run:
     # -- context size -------------------------------------------------------
 
     def _estimate(self) -> int:
-        spec = self.spec
-        return prompt_tokens(spec.system, (*self.history, *self.view), self.specs) + text_tokens(
-            spec.volatile
-        )
+        return self.fixed_tokens + self._messages_size()
+
+    def _history_tokens(self) -> int:
+        """The history's estimated tokens, counted again only when it was
+        replaced (pruned, compacted): each call's estimate asks."""
+        sized = self._sized
+        if sized is None or sized[0] is not self.history:
+            sized = self._sized = (self.history, messages_tokens(self.history))
+        return sized[1]
 
     async def _fit(self) -> None:
         """Prune old tool results past the prune threshold; compact past the
@@ -332,7 +341,7 @@ class _Run:
             await self._compact()
 
     def _messages_size(self) -> int:
-        return messages_tokens((*self.history, *self.view))
+        return self._history_tokens() + messages_tokens(self.view)
 
     def _prune(self, budget: int) -> None:
         combined = [*self.history, *self.view]

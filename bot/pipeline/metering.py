@@ -65,7 +65,8 @@ class RunMeter:
     _hold: Hold | None = None
 
     async def before_call(self, request: LLMRequest) -> int:
-        needed = estimate_input(request)
+        # (what the request needs is estimated only when a cap or a limit asks)
+        needed = estimate_input(request) if self.run_cap is not None or self.limited else 0
         max_tokens = request.max_tokens
         if self.run_cap is not None:
             room = self.run_cap - self.spent - needed
@@ -79,6 +80,8 @@ class RunMeter:
             await self._recheck()
         if not self.limited:
             return self._waiting(max_tokens)
+        if not needed:  # limited since the recheck above
+            needed = estimate_input(request)
         hold = await self.budgets.reserve(self.user_id, self.role, needed + max_tokens)
         if hold is None:  # not all of it: what is left, if it covers a useful answer
             left = await self.budgets.available(self.user_id, self.role) or 0
