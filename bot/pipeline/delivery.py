@@ -211,6 +211,7 @@ class Delivery:
         try:
             yield
         finally:
+            # Not waited for: cancelled, it starts no other request (its next
+            # step raises), and waiting for it to end cost every message a
+            # turn of the event loop.
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
