@@ -40,7 +40,7 @@ from bot.pipeline.trust import initial_taint, joined, prompts
 from bot.pipeline.turns import TurnRecord, TurnSaved
 from bot.ports import ToolContext
 from bot.tools.actions import output_trusted
-from bot.tools.registry import tool_spec
+from bot.tools.registry import ToolRegistry, tool_spec
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind, Role
 
 log = logging.getLogger("switchboard.pipeline")
@@ -279,14 +279,8 @@ class Runner:
             first, (i.origin for i in inputs), history.history, user.id, memories, s.tools.get
         )
         fixed = prompt_tokens(prompt.blocks, (), tuple(tool_spec(t) for t in tools))
-        every_tool = s.tools.available(Role.OWNER, None)
-        viewer = Viewer(
-            user.id,
-            s.guard,
-            conversation.key,
-            private_tools(every_tool),
-            frozenset(t.name for t in every_tool if output_trusted(t)),
-        )
+        private, trusted = s.tools.derived(_tool_kinds)
+        viewer = Viewer(user.id, s.guard, conversation.key, private, trusted)
         policy = HistoryPolicy(
             turns=llm.history_turns,
             step=agent.history_step,
@@ -455,6 +449,13 @@ class Runner:
 
 def _reply(msg: IncomingMessage, text: str, kind: ReplyKind, private: bool = False) -> Reply:
     return Reply(text, msg.target(as_reply=msg.chat_type == "group"), kind, private)
+
+
+def _tool_kinds(tools: ToolRegistry) -> tuple[frozenset[str], frozenset[str]]:
+    """Of every tool: the names of those whose results are private, and of
+    those whose results are our own text (trusted)."""
+    every_tool = tools.available(Role.OWNER, None)
+    return private_tools(every_tool), frozenset(t.name for t in every_tool if output_trusted(t))
 
 
 def _last_text(state: RunState) -> str:
