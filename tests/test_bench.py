@@ -58,6 +58,10 @@ def test_every_mode_runs_on_sqlite_and_postgresql_with_its_floor() -> None:
             # the service and the floor measured in turns: a CPU ratio per window
             ratios = after(out, heading, r"per window\s+CPU (.*) the floor's")[1].split(", ")
             assert len(ratios) == 4 and all(float(r.rstrip("×")) > 0 for r in ratios)
+            split = after(
+                out, heading, r"model split\s+([\d.]+) ms before the model call, ([\d.]+)"
+            )
+            assert float(split[1]) > 0 and float(split[2]) > 0
             # counted, not timed: a message writes at least its intake and its turn
             assert float(after(out, heading, r"statements\s+([\d.]+)")[1]) >= 2
             writes = after(out, heading, r"commits\s+[\d.]+ per message, ([\d.]+) of them")
@@ -147,3 +151,20 @@ async def test_statement_counter_tells_reads_from_writes(tmp_path: Path) -> None
         assert (counter.statements, counter.commits, counter.writes) == (7, 7, 4)
     finally:
         await engine.dispose()
+
+
+def test_the_instructions_workloads_run_and_their_count_is_read(tmp_path: Path) -> None:
+    """What `tests.benchmarks.instructions` runs under callgrind runs (here
+    without it: the count itself belongs to `make bench`), and the
+    count is read from what valgrind prints."""
+    for workload in ("service", "floor"):
+        url = f"sqlite+aiosqlite:///{tmp_path / f'{workload}.db'}"
+        run_bench(
+            "tests.benchmarks.instructions", "--run", workload, "--messages", "3", "--url", url
+        )
+        assert list(tmp_path.glob(f"{workload}.db*"))  # it wrote its database
+    from tests.benchmarks.instructions import collected
+
+    assert collected("==1== Collected : 7636546661\n==1== \n") == 7636546661
+    with pytest.raises(ValueError):
+        collected("valgrind: command not found")

@@ -4,8 +4,10 @@ Mode "sequential": N messages, one after another, through the real pipeline
 (SQLite file database, dedupe, identity, budget, persona, conversation,
 history, persistence, token logs) with an in-process provider that answers
 immediately, no tools. Prints messages/s, p50/p99 latency, CPU per message,
-SQL statements and committed transactions (all, and those that wrote) per
-message, counted on a second, untimed pass of the same messages, and peak RSS;
+how a message's time falls before its model call and after it (what bounds
+a burst: `ModelSplit`), SQL statements and committed transactions (all, and
+those that wrote) per message, counted on a second, untimed pass of the same
+messages, and peak RSS;
 beside them the floor: a minimal durable bot on aiosqlite doing the same essential I/O
 per message (store the event in an inbox, then one transaction with both
 messages, the reply in an outbox and the inbox row marked done). The service
@@ -195,6 +197,29 @@ class Windows:
         return ordered[int(len(ordered) * 0.99) - 1]
 
 
+@dataclass
+class ModelSplit:
+    """How a message's time (the model answering at once) falls before its
+    first model call and after its last. What bounds a burst of C
+    conversations with a model taking D s, on one core: the last reaches the
+    model no sooner than C × before, and the replies, none before D, take
+    about C × after (under a burst writes share commits: less than here)."""
+
+    before: list[float] = field(default_factory=list)
+    after: list[float] = field(default_factory=list)
+
+    def add(self, started: float, calls: list[float], ended: float) -> None:
+        if calls:
+            self.before.append(calls[0] - started)
+            self.after.append(ended - calls[-1])
+
+    def line(self) -> str:
+        if not self.before:
+            return "no model call"
+        before, after = statistics.median(self.before), statistics.median(self.after)
+        return f"{before * 1000:8.2f} ms before the model call, {after * 1000:.2f} ms after (p50)"
+
+
 def _versus(value: float, floor: float | None, unit: str) -> str:
     return f"  (floor {floor:.2f} {unit}: {value / floor:.1f}×)" if floor else ""
 
@@ -210,18 +235,22 @@ async def sequential(
     """The service and its floor open side by side, measured in `ROUNDS`
     alternating windows of n / ROUNDS messages each, so that the machine's
     slow spells fall on both."""
-    app, adapter, _ = await open_app(url, 0.0, schema)
+    app, adapter, provider = await open_app(url, 0.0, schema)
     # "new": conversation i, a new user each time; each mode its own event ids
     mode = "new" if new_users else "pause" if paused else "seq"
     warm = "neww" if new_users else mode  # new users: none of those timed
     for i in range(50):  # warm up: create users and conversations, fill caches
         await app.pipeline.handle(msg(-i - 1, i % conversations, warm))
+    split = ModelSplit()
 
     async def handle(i: int) -> object:
         message = msg(i, i if new_users else i % conversations, mode)
         if paused:
             back_after_a_pause(app, message)
-        return await app.pipeline.handle(message)
+        calls, started = len(provider.calls), time.perf_counter()
+        outcome = await app.pipeline.handle(message)
+        split.add(started, provider.calls[calls:], time.perf_counter())
+        return outcome
 
     service, floor, ratios, trips = Windows(), Windows(), [], None
     sqlite = url.startswith("sqlite")
@@ -256,6 +285,7 @@ async def sequential(
     print(f"  CPU          {cpu:8.2f} ms/message" + _versus(cpu, floor_cpu, "ms"))
     if ratios:
         print(f"  per window   CPU {', '.join(f'{r:.1f}×' for r in ratios)} the floor's")
+    print(f"  model split  {split.line()}")
     print(f"  statements   {counter.statements / n:8.1f} per message  (floor 5)")
     if counter.round_trips:  # PostgreSQL
         print(
