@@ -40,7 +40,8 @@ from contextvars import ContextVar
 from bot.llm.gate import FairLimiter, TakingTurns
 
 RESUMING, NEW = 0.0, 1.0
-"""Queue keys: a message that already had a slot goes before new ones."""
+"""Queue keys: messages that already had a slot and new ones take turns, a
+resuming one first."""
 
 
 class Slot:
