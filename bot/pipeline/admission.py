@@ -49,10 +49,17 @@ class Slot:
         self._limiter = limiter
         self.held = False
         self.started = False
+        self.queued = False
+        """Waiting for the slot (back): the message's run stands still meanwhile,
+        whatever it has written so far (what a live view need not show yet)."""
 
     async def take(self) -> None:
         if not self.held:
-            await self._limiter.acquire(RESUMING if self.started else NEW)
+            self.queued = True
+            try:
+                await self._limiter.acquire(RESUMING if self.started else NEW)
+            finally:
+                self.queued = False
             self.held = self.started = True
 
     def give_up(self) -> None:

@@ -9,6 +9,12 @@ view (the run and its final reply go on). When the run is over, `finish` stops
 the updates and closes the live message; the final reply is then stored and
 sent as always, carrying the drafts to edit (`Reply.drafts`), so what the
 user ends with is exactly the non-streamed reply.
+
+While the run waits for its message's slot (`bot.pipeline.admission`: the
+model answered, but the service is busy), no update goes out: the run stands
+still, and under a burst the final reply would follow the draft closely, so
+the update would only add a platform call (CPU the busy service lacks) for
+the same text. Updates resume once the run goes on.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from bot.agent.events import Event, EventBus, Subscription
 from bot.agent.streaming import RunView
 from bot.config import StreamingSettings
 from bot.errors import RateLimited
+from bot.pipeline.admission import current_slot
 from bot.ports import LiveMessage
 from bot.types import IncomingMessage, Outcome, Reply, Target
 
@@ -63,6 +70,8 @@ class LiveReply:
         self._recorded: tuple[str, ...] = ()
         self._last_activity: str | None = None
         self._waited = False
+        self._slot = current_slot.get()
+        """The slot of the message answered (None outside the pipeline)."""
         self._subscription: Subscription = bus.subscribe(
             conversation_key=conversation_key, maxsize=QUEUE_SIZE
         )
@@ -132,6 +141,10 @@ class LiveReply:
                 if not self._waited:  # a reply done within an interval is sent whole
                     self._waited = True
                     await self._sleep(self.interval)
+                    self._changed.set()
+                    continue
+                if self._slot is not None and self._slot.queued:
+                    await self._sleep(self.interval)  # the run stands still: look again later
                     self._changed.set()
                     continue
                 activity = self.view.activity  # as shown: it may change during the update

@@ -292,3 +292,32 @@ async def test_an_update_refused_by_a_rate_limit_is_tried_again(make_app, fake_a
     gate.set()
     await running
     assert adapter.lives[0].updates[0].startswith("Working on it.")
+
+
+async def test_an_answer_in_is_not_drafted_while_its_run_waits_for_its_turn(
+    make_app, fake_anthropic
+):
+    """Under load (one message at work at a time here), a run whose model has
+    answered waits for its slot back: its text is not drafted meanwhile (the
+    final reply follows it; the update would only cost a platform call)."""
+    tool, gate = held_tool("lookup", "found")
+    app, adapter = await start(make_app, tool, interval=0.2, inbox={"max_busy": 1})
+    fake_anthropic.script(
+        text_reply("Quick one.", delay=0.3),  # the first message's answer
+        tool_use_reply(tool_call("lookup")),  # the second's: it holds the slot in the tool
+        text_reply("Found."),
+    )
+    first = asyncio.create_task(app.pipeline.handle(message("q", platform_channel_id="a")))
+    await wait_until(lambda: fake_anthropic.request_count == 1)  # in the model: slot free
+    second = asyncio.create_task(
+        app.pipeline.handle(message("look", platform_user_id="bob", platform_channel_id="b"))
+    )
+    await wait_until(lambda: tool.calls)  # the second message holds the only slot
+    await asyncio.sleep(1.0)  # the first's answer is in, well past the interval
+    assert adapter.lives[0].target.channel_id == "a"
+    assert adapter.lives[0].updates == []  # not drafted while it waits
+
+    gate.set()
+    assert (await first).status == "answered" and (await second).status == "answered"
+    first_reply = next(r for r in adapter.sent if r.target.channel_id == "a")
+    assert (first_reply.text, first_reply.drafts) == ("Quick one.", ())
