@@ -2,9 +2,12 @@
 
 The agent loop and the pipeline publish `Event`s; subscribers (adapters showing
 typing indicators or streaming text, tests waiting for a step) read them from a
-`Subscription`, an async iterator over a bounded queue. Publishing never blocks
-and never fails: a subscriber that falls behind loses its oldest events (the
-count is kept in `Subscription.dropped`), so a slow reader cannot stall a run.
+`Subscription`, an async iterator over a bounded queue, or are handed each event
+as it is published (`sink`: a quick, synchronous callback; no queue, no task
+to wake). Publishing never blocks and never fails: a subscriber that falls
+behind loses its oldest events (the count is kept in `Subscription.dropped`),
+so a slow reader cannot stall a run, and a sink that raises is logged and
+skipped.
 
 Event types and their `data`:
 - ``run.started``: source, model, inputs (number of messages answered)
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -65,9 +68,11 @@ class Subscription:
         conversation_key: str | None,
         types: Collection[str] | None,
         maxsize: int,
+        sink: Callable[[Event], None] | None = None,
     ) -> None:
         self._bus = bus
-        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
+        self._sink = sink
+        self._queue: asyncio.Queue[Event] = asyncio.Queue(0 if sink else maxsize)
         self.conversation_key = conversation_key
         self.types = frozenset(types) if types is not None else None
         self.dropped = 0
@@ -78,6 +83,12 @@ class Subscription:
         return self.types is None or event.type in self.types
 
     def offer(self, event: Event) -> None:
+        if self._sink is not None:
+            try:
+                self._sink(event)
+            except Exception:
+                log.exception("event.sink_failed type=%s run=%s", event.type, event.run_id)
+            return
         if self._queue.full():
             self._queue.get_nowait()
             self.dropped += 1
@@ -116,8 +127,13 @@ class Subscription:
 
 
 class EventBus:
+    """Subscriptions kept by conversation: an event costs the subscribers of
+    its conversation and those of every conversation, however many others
+    listen (a live view per run in progress: thousands under a burst)."""
+
     def __init__(self) -> None:
-        self._subscriptions: list[Subscription] = []
+        self._by_key: dict[str | None, dict[Subscription, None]] = {}
+        self._count = 0
 
     def subscribe(
         self,
@@ -125,26 +141,39 @@ class EventBus:
         conversation_key: str | None = None,
         types: Collection[str] | None = None,
         maxsize: int = 1000,
+        sink: Callable[[Event], None] | None = None,
     ) -> Subscription:
-        """Events of one conversation (or all), of some types (or all)."""
+        """Events of one conversation (or all), of some types (or all): queued
+        for the subscriber to read, or handed to `sink` as they come."""
         if types is not None and (unknown := set(types) - EVENT_TYPES):
             raise ValueError(f"unknown event types: {', '.join(sorted(unknown))}")
-        subscription = Subscription(self, conversation_key, types, maxsize)
-        self._subscriptions.append(subscription)
+        subscription = Subscription(self, conversation_key, types, maxsize, sink)
+        self._by_key.setdefault(conversation_key, {})[subscription] = None
+        self._count += 1
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
-        if subscription in self._subscriptions:
-            self._subscriptions.remove(subscription)
+        key = subscription.conversation_key
+        if (group := self._by_key.get(key)) is not None and subscription in group:
+            del group[subscription]
+            self._count -= 1
+            if not group:
+                del self._by_key[key]
+
+    def listening(self, conversation_key: str) -> bool:
+        """Whether an event of this conversation would reach anyone."""
+        return None in self._by_key or conversation_key in self._by_key
 
     def publish(self, event: Event) -> None:
-        for subscription in list(self._subscriptions):
-            if subscription.wants(event):
-                subscription.offer(event)
+        for key in (None, event.conversation_key):
+            if (group := self._by_key.get(key)) is not None:
+                for subscription in list(group):
+                    if subscription.wants(event):
+                        subscription.offer(event)
 
     @property
     def subscribers(self) -> int:
-        return len(self._subscriptions)
+        return self._count
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +185,7 @@ class RunEvents:
     conversation_key: str
 
     def emit(self, type: EventType, **data: Any) -> None:
-        if self.bus is None or not self.bus.subscribers:  # nobody listens: no event made
+        if self.bus is None or not self.bus.listening(self.conversation_key):  # no event made
             return
         try:
             self.bus.publish(Event(type, self.run_id, self.conversation_key, data))

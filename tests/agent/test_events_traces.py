@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from bot.agent.events import Event, EventBus
+from bot.agent.events import Event, EventBus, RunEvents
 from bot.cli.trace import format_trace, load_trace
 from bot.store.models import TraceSpan
 from tests.conftest import Database
@@ -41,6 +41,28 @@ async def test_the_bus_filters_and_never_blocks():
     assert bus.subscribers == 2
     with pytest.raises(ValueError):
         bus.subscribe(types=["no.such.event"])
+
+
+async def test_an_event_is_made_only_for_its_conversation_s_listeners():
+    """A live view per run in progress listens to its own conversation: a run
+    elsewhere makes no event for them, and each gets only its own."""
+    bus = EventBus()
+    views = {key: bus.subscribe(conversation_key=key) for key in ("a", "b", "c")}
+    quiet = RunEvents(bus, "r9", "z")
+    assert not bus.listening("z")
+    quiet.emit("chunk", text="nobody hears this")
+    RunEvents(bus, "r1", "b").emit("chunk", text="for b")
+    assert [len(v.pending()) for v in views.values()] == [0, 1, 0]
+
+    every = bus.subscribe()
+    assert bus.listening("z")
+    quiet.emit("chunk", text="heard")
+    assert [e.data["text"] for e in every.pending()] == ["heard"]
+    views["b"].close()
+    views["b"].close()  # closing twice is harmless
+    assert bus.subscribers == 3 and bus.listening("b")  # (through `every`)
+    every.close()
+    assert not bus.listening("b") and bus.listening("a")
 
 
 async def open_app(make_app, *tools, **sections):  # type: ignore[no-untyped-def]
