@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from bot.metrics import Metrics
+from bot.pipeline.admission import current_slot
 from bot.pipeline.intake import Inbox
 from bot.pipeline.outbox import Outbox, OutboxProgress, Outgoing
 from bot.ports import Adapter, FileFetcher
@@ -198,13 +199,18 @@ class Delivery:
             yield
             return
         target = msg.target()
+        slot = current_slot.get()
 
         async def keep_typing() -> None:
             while True:
-                try:
-                    await adapter.show_typing(target)
-                except Exception as exc:  # cosmetic: never fail a run over it
-                    log.debug("typing.failed platform=%s: %s", msg.platform, exc)
+                # Not while the run waits for its slot back (the service is
+                # busy): under sustained overload thousands of runs may wait so,
+                # and their indicators would be thousands of platform calls.
+                if slot is None or not slot.queued:
+                    try:
+                        await adapter.show_typing(target)
+                    except Exception as exc:  # cosmetic: never fail a run over it
+                        log.debug("typing.failed platform=%s: %s", msg.platform, exc)
                 await asyncio.sleep(TYPING_INTERVAL_S)
 
         task = asyncio.create_task(keep_typing())

@@ -1,6 +1,7 @@
 """Streamed replies: a run's text shown on its platform while the model writes.
 
-`LiveReply` follows one run's events (`bot.agent.events`) through a `RunView`
+`LiveReply` follows one run's events (`bot.agent.events`, handed to it as they
+are published) through a `RunView`
 (so nothing that must stay hidden is ever shown: a possible `NO_REPLY`,
 reasoning, text-form tool calls) and updates the adapter's `LiveMessage` at
 most once per interval, one update at a time. A `RateLimited` answer pauses
@@ -14,7 +15,10 @@ While the run waits for its message's slot (`bot.pipeline.admission`: the
 model answered, but the service is busy), no update goes out: the run stands
 still, and under a burst the final reply would follow the draft closely, so
 the update would only add a platform call (CPU the busy service lacks) for
-the same text. Updates resume once the run goes on.
+the same text. What was held back is shown with the run's next step (a tool
+it goes on to, say); a run that just ends sends its reply whole. A live view
+waiting so costs nothing: no task of its own wakes until its run goes on
+(under sustained overload, thousands of runs may wait so).
 """
 
 from __future__ import annotations
@@ -42,8 +46,6 @@ LAST_UPDATE_WAIT_S = 10.0
 STOPPED_MARK = "_(stopped)_"
 INTERRUPTED_NOTE = "_(This answer was interrupted; it is being written again.)_"
 """What the messages of a run that died while streaming end as."""
-QUEUE_SIZE = 100_000
-"""Events buffered for the reader (a dropped chunk would garble the view)."""
 
 
 class LiveReply:
@@ -70,14 +72,13 @@ class LiveReply:
         self._recorded: tuple[str, ...] = ()
         self._last_activity: str | None = None
         self._waited = False
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._slot = current_slot.get()
         """The slot of the message answered (None outside the pipeline)."""
         self._subscription: Subscription = bus.subscribe(
-            conversation_key=conversation_key, maxsize=QUEUE_SIZE
+            conversation_key=conversation_key, sink=self._observe
         )
-        self._changed = asyncio.Event()
-        self._stopping = asyncio.Event()
-        self._reader = asyncio.create_task(self._read(), name=f"live-read:{run_id}")
         self._writer = asyncio.create_task(self._write(), name=f"live-write:{run_id}")
 
     @property
@@ -87,18 +88,14 @@ class LiveReply:
 
     async def finish(self) -> tuple[str, ...]:
         """Stop updating, close the live message and return its drafts."""
-        self._drain()
-        self._reader.cancel()
+        self._subscription.close()
         self._stopping.set()
         self._changed.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
         done, _ = await asyncio.wait({self._writer}, timeout=LAST_UPDATE_WAIT_S)
         if not done:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
-        self._subscription.close()
         with contextlib.suppress(Exception):
             await self.message.close()
         return tuple(self.message.drafts())
@@ -113,15 +110,6 @@ class LiveReply:
         message is answered again by whoever takes it over."""
         await self.finish()
         await self.discard()
-
-    def _drain(self) -> None:
-        """Take the events already published (the run is over: none will come)."""
-        for event in self._subscription.pending():
-            self._observe(event)
-
-    async def _read(self) -> None:
-        async for event in self._subscription:
-            self._observe(event)
 
     def _observe(self, event: Event) -> None:
         if event.run_id == self.run_id:
@@ -144,9 +132,7 @@ class LiveReply:
                     self._changed.set()
                     continue
                 if self._slot is not None and self._slot.queued:
-                    await self._sleep(self.interval)  # the run stands still: look again later
-                    self._changed.set()
-                    continue
+                    continue  # the run stands still: nothing to show until it goes on
                 activity = self.view.activity  # as shown: it may change during the update
                 shown = _with_activity(text, activity)
                 if shown == _with_activity(self.shown, self._last_activity):
@@ -209,7 +195,8 @@ class LiveReply:
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
 
 
 def _with_activity(text: str, activity: str | None) -> str:

@@ -321,3 +321,32 @@ async def test_an_answer_in_is_not_drafted_while_its_run_waits_for_its_turn(
     assert (await first).status == "answered" and (await second).status == "answered"
     first_reply = next(r for r in adapter.sent if r.target.channel_id == "a")
     assert (first_reply.text, first_reply.drafts) == ("Quick one.", ())
+
+
+async def test_what_was_held_back_is_shown_once_the_run_goes_on(make_app, fake_anthropic):
+    """The text held back while the run waited for its slot is shown once the
+    run has it back and goes on (here: into a long tool)."""
+    lookup, lookup_gate = held_tool("lookup", "found")
+    fetch, fetch_gate = held_tool("fetch", "fetched")
+    app, adapter = await start(make_app, lookup, fetch, interval=0.2, inbox={"max_busy": 1})
+    fake_anthropic.script(
+        tool_use_reply(tool_call("fetch"), text="Checking.", delay=0.3),  # the first message
+        tool_use_reply(tool_call("lookup")),  # the second's: it holds the slot in the tool
+        text_reply("Found."),
+        text_reply("Fetched."),
+    )
+    first = asyncio.create_task(app.pipeline.handle(message("q", platform_channel_id="a")))
+    await wait_until(lambda: fake_anthropic.request_count == 1)
+    second = asyncio.create_task(
+        app.pipeline.handle(message("look", platform_user_id="bob", platform_channel_id="b"))
+    )
+    await wait_until(lambda: lookup.calls)
+    await asyncio.sleep(0.8)
+    (live, *_) = adapter.lives
+    assert live.target.channel_id == "a" and live.updates == []  # held back
+
+    lookup_gate.set()  # the slot frees: the first run goes on, into its tool
+    await wait_until(lambda: fetch.calls and live.updates)
+    assert live.updates[0].startswith("Checking.")
+    fetch_gate.set()
+    assert (await first).status == "answered" and (await second).status == "answered"

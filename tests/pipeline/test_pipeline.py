@@ -8,6 +8,7 @@ import base64
 
 from sqlmodel import col, select
 
+from bot.pipeline import delivery
 from bot.store.models import (
     Conversation,
     DeliveryFailure,
@@ -27,6 +28,8 @@ from tests.fakes.anthropic import (
     tool_use_reply,
 )
 from tests.harness import RecordingAdapter, message
+from tests.probes import ProbeTool
+from tests.waiting import wait_until
 
 
 async def open_app(make_app, **sections):  # type: ignore[no-untyped-def]
@@ -243,6 +246,48 @@ async def test_typing_indicator_is_shown_while_running(make_app, fake_anthropic)
     app, adapter = await open_app(make_app)
     await app.pipeline.handle(message("hi"))
     assert adapter.typing and adapter.typing[0].channel_id == "room"
+
+
+async def test_no_typing_indicator_while_the_run_waits_for_its_slot(
+    make_app, fake_anthropic, monkeypatch
+):
+    """The model answered but the service is busy (one message at work at a
+    time here): the waiting run sends no indicators meanwhile; it does while
+    the model works."""
+    monkeypatch.setattr(delivery, "TYPING_INTERVAL_S", 0.05)
+    gate = asyncio.Event()
+
+    async def held(tool: ProbeTool, args: object) -> str:
+        await gate.wait()
+        return "found"
+
+    lookup = ProbeTool("lookup", held)
+    app = await make_app(tools=[lookup], budgets={"guest": "unlimited"}, inbox={"max_busy": 1})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    fake_anthropic.script(
+        text_reply("Quick one.", delay=0.5),  # the first message's answer
+        tool_use_reply(tool_call("lookup")),  # the second's: it holds the slot in the tool
+        text_reply("Found."),
+    )
+
+    def shown_in_a() -> int:
+        return sum(1 for target in adapter.typing if target.channel_id == "a")
+
+    first = asyncio.create_task(app.pipeline.handle(message("q", platform_channel_id="a")))
+    await wait_until(lambda: fake_anthropic.request_count == 1)
+    second = asyncio.create_task(
+        app.pipeline.handle(message("look", platform_user_id="bob", platform_channel_id="b"))
+    )
+    await wait_until(lambda: lookup.calls)
+    await asyncio.sleep(0.7)  # the first's answer is in: it waits for the slot
+    waiting_from = shown_in_a()
+    assert waiting_from >= 3  # shown while the model worked
+    await asyncio.sleep(0.5)
+    assert shown_in_a() == waiting_from  # none while it waited
+
+    gate.set()
+    assert (await first).status == "answered" and (await second).status == "answered"
 
 
 async def test_images_and_text_documents_reach_the_model(make_app, fake_anthropic):
