@@ -191,3 +191,18 @@ async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     async with asyncio.timeout(60):
         out, err = await process.communicate()
     return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_a_sink_that_raises_is_logged_and_the_others_still_hear(caplog):
+    bus = EventBus()
+    heard: list[str] = []
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("view bug")
+
+    bus.subscribe(conversation_key="a", sink=broken)
+    bus.subscribe(conversation_key="a", sink=lambda event: heard.append(event.data["text"]))
+    queued = bus.subscribe()
+    RunEvents(bus, "r1", "a").emit("chunk", text="hello")
+    assert heard == ["hello"] and [e.data["text"] for e in queued.pending()] == ["hello"]
+    assert "event.sink_failed" in caplog.text
