@@ -4,16 +4,17 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
+CONSTRAINTS ?= constraints.txt
 
 .PHONY: help install run chat test test-browser lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
+	$(BIN)/python -m pip install --quiet $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e '.[all,dev]'
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install the project with every extra and the dev tools
+install: $(STAMP)  ## create .venv and install the project with every extra and the dev tools, at the versions CI tested (constraints.txt)
 
 run: $(STAMP)  ## start every enabled platform; with none, a terminal chat
 	$(BIN)/switchboard run $(ARGS)
