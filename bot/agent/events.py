@@ -72,7 +72,8 @@ class Subscription:
     ) -> None:
         self._bus = bus
         self._sink = sink
-        self._queue: asyncio.Queue[Event] = asyncio.Queue(0 if sink else maxsize)
+        self._queue: asyncio.Queue[Event] | None = None if sink else asyncio.Queue(maxsize)
+        """None with a sink: the sink is called instead, nothing is kept"""
         self.conversation_key = conversation_key
         self.types = frozenset(types) if types is not None else None
         self.dropped = 0
@@ -89,19 +90,25 @@ class Subscription:
             except Exception:
                 log.exception("event.sink_failed type=%s run=%s", event.type, event.run_id)
             return
-        if self._queue.full():
-            self._queue.get_nowait()
+        queue = self._kept()
+        if queue.full():
+            queue.get_nowait()
             self.dropped += 1
-        self._queue.put_nowait(event)
+        queue.put_nowait(event)
+
+    def _kept(self) -> asyncio.Queue[Event]:
+        if self._queue is None:
+            raise TypeError("a subscription with a sink keeps no events to read")
+        return self._queue
 
     async def next(self) -> Event:
-        return await self._queue.get()
+        return await self._kept().get()
 
     def pending(self) -> list[Event]:
         """Events already received and not read yet (consumed by this call)."""
-        events = []
-        while not self._queue.empty():
-            events.append(self._queue.get_nowait())
+        queue, events = self._kept(), []
+        while not queue.empty():
+            events.append(queue.get_nowait())
         return events
 
     def close(self) -> None:
@@ -111,8 +118,9 @@ class Subscription:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Event]:
+        queue = self._kept()
         while True:
-            yield await self._queue.get()
+            yield await queue.get()
 
     async def __aenter__(self) -> Self:
         return self

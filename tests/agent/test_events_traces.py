@@ -206,3 +206,15 @@ async def test_a_sink_that_raises_is_logged_and_the_others_still_hear(caplog):
     RunEvents(bus, "r1", "a").emit("chunk", text="hello")
     assert heard == ["hello"] and [e.data["text"] for e in queued.pending()] == ["hello"]
     assert "event.sink_failed" in caplog.text
+
+
+async def test_a_sink_subscription_keeps_nothing_to_read():
+    bus = EventBus()
+    heard: list[str] = []
+    sunk = bus.subscribe(conversation_key="a", sink=lambda event: heard.append(event.data["text"]))
+    RunEvents(bus, "r1", "a").emit("chunk", text="hello")
+    assert heard == ["hello"]
+    with pytest.raises(TypeError, match="keeps no events"):
+        sunk.pending()
+    with pytest.raises(TypeError, match="keeps no events"):
+        await sunk.next()
