@@ -37,6 +37,7 @@ lint: $(STAMP)  ## ruff (lint and format) + mypy --strict on the core + import c
 
 bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.pipeline $(ARGS)
+	$(BIN)/python -m tests.benchmarks.turn_floors
 	$(BIN)/python -m tests.benchmarks.context
 	$(BIN)/python -m tests.benchmarks.load
 	$(BIN)/python -m tests.benchmarks.frontdoor

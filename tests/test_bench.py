@@ -168,3 +168,46 @@ def test_the_instructions_workloads_run_and_their_count_is_read(tmp_path: Path) 
     assert collected("==1== Collected : 7636546661\n==1== \n") == 7636546661
     with pytest.raises(ValueError):
         collected("valgrind: command not found")
+
+
+def test_turn_floors_print_each_way_beside_the_service() -> None:
+    out = run_bench("tests.benchmarks.turn_floors", "--turns", "20", "--messages", "20")
+    for where in ("SQLite", "PostgreSQL") if POSTGRES_URL else ("SQLite",):
+        heading = f"floors ({where}): one turn's six rows, 20 turns each way"
+        for label in ("raw SQL", "one round trip", "SQLAlchemy Core", "SQLAlchemy ORM"):
+            found = after(out, heading, rf"{label}.*?([\d.]+) µs  CPU\s+([\d.]+) µs")
+            assert float(found[1]) > 0 and float(found[2]) > 0
+        service = after(
+            out, heading, r"the service, 20 messages\s+p50\s+([\d.]+) ms \((\d+)× raw\)"
+        )
+        assert float(service[1]) > 0 and int(service[2]) >= 1
+
+
+async def test_each_floor_writes_the_same_six_rows_a_turn(tmp_path: Path) -> None:
+    """Raw SQL, Core and the ORM each write, per turn (warm-up included), two
+    messages, an outbox row, a run, a token log, and end one inbox row."""
+    import sqlite3
+
+    from tests.benchmarks.turn_floors import WARM_UP, on_sqlite
+
+    figures = await on_sqlite(tmp_path, 10, 5)
+    assert set(figures) == {"raw", "trip", "core", "orm", "service"}
+    turns = 3 * (10 + WARM_UP)
+    with sqlite3.connect(tmp_path / "floors.db") as db:
+        counts = {
+            table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("tf_messages", "tf_outbox", "tf_runs", "tf_tokens")
+        }
+        answered = db.execute("SELECT count(*) FROM tf_inbox WHERE status = 'answered'")
+        assert answered.fetchone()[0] == turns
+        # every way wrote the values, not empty rows
+        replies = db.execute("SELECT count(*) FROM tf_messages WHERE content = 'ok'")
+        assert replies.fetchone()[0] == turns
+        logged = db.execute("SELECT count(*) FROM tf_tokens WHERE run_id LIKE 'r%'")
+        assert logged.fetchone()[0] == turns
+    assert counts == {
+        "tf_messages": 2 * turns,
+        "tf_outbox": turns,
+        "tf_runs": turns,
+        "tf_tokens": turns,
+    }
