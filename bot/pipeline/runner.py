@@ -129,7 +129,7 @@ class Runner:
                 budget = await s.budgets.check(user)
                 history = s.conversations.created_state(conversation)
             else:
-                async with s.store.read() as session:  # all reads of a run, one session
+                async with s.store.read_warm() as session:  # all reads of a run, one session
                     budget = await s.budgets.check(user, session)
                     history = await s.conversations.state(session, conversation)
         except BudgetExceeded as exc:

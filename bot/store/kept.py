@@ -16,7 +16,7 @@ pooled connection, as before.
 
 A kept connection is handed out as the pool would hand it: one the server
 closed is replaced; one idle longer than `PING_IDLE_S` is pinged first, as the
-pool's checkout pings (`bot.store.db._ping_on_checkout`), and replaced when
+pool's checkout pings (`bot.store.pool.ping_on_checkout`), and replaced when
 the ping fails; one whose session failed (an error: closed, back to the pool,
 which resets it; a cancellation: invalidated, its state unknown) is not kept.
 The connections count against the pool's size; at most `keep` stay out while
@@ -36,7 +36,7 @@ log = logging.getLogger("switchboard.store")
 
 PING_IDLE_S = 2.0
 """A PostgreSQL connection idle longer than this is pinged when taken, from
-the pool (`bot.store.db._ping_on_checkout`) or from `Kept`; one used more
+the pool (`bot.store.pool.ping_on_checkout`) or from `Kept`; one used more
 recently is only checked for having been closed."""
 
 

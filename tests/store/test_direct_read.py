@@ -10,6 +10,8 @@ error gives the next read a fresh one."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,3 +109,102 @@ async def test_heavy_reads_go_the_usual_way(sqlite_store: Store) -> None:
     async with sqlite_store.read(heavy=True) as session:
         assert direct.READ not in session.sync_session.info
         assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 1}
+
+
+# --- reads that follow this process's writes (`Store.read_warm`) ------------------
+
+
+def warm_driver(session: Any) -> Any:
+    return session.sync_session.info.get(direct.READ_DRIVER)
+
+
+async def test_a_warm_read_runs_on_the_idle_writer_and_sees_every_commit(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    store = sqlite_store
+    await write(store, item("a", 1))
+    writer = store._held_write
+    assert writer is not None
+    async with store.read_warm() as session:
+        assert warm_driver(session) is writer.driver
+        assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 1}
+    # another process's commit (the CLI, say) is seen by the next warm read
+    with sqlite3.connect(tmp_path / "sqlite.db") as other:
+        other.execute("UPDATE inbox SET payload = '{\"n\": 7}' WHERE event_id = 'a'")
+    async with store.read_warm() as session:
+        assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 7}
+    # nothing was begun on the writer: the next write goes as ever
+    assert not writer.driver.in_write()
+    await write(store, item("b", 2))
+    async with store.read_warm() as session:
+        assert (await execute(session, BY_EVENT, {"r_event": "b"})).scalar() == {"n": 2}
+
+
+async def test_a_warm_read_during_a_write_reads_on_the_reader_and_not_its_rows(
+    sqlite_store: Store,
+) -> None:
+    store = sqlite_store
+    await write(store, item("a", 1))
+    seen: list[Any] = []
+    async with store.write() as session:
+        await insert_rows(session, [item("b", 2)])  # not committed yet
+
+        async def warm_read() -> None:
+            async with store.read_warm() as reading:
+                assert warm_driver(reading) is not store._held_write.driver  # type: ignore[union-attr]
+                seen.append((await execute(reading, BY_EVENT, {"r_event": "b"})).scalar())
+
+        await asyncio.wait_for(warm_read(), 5)  # does not wait for the write
+    assert seen == [None]
+    async with store.read_warm() as session:
+        assert (await execute(session, BY_EVENT, {"r_event": "b"})).scalar() == {"n": 2}
+
+
+async def test_a_write_that_comes_during_a_warm_read_waits_for_it_then_goes_on(
+    sqlite_store: Store,
+) -> None:
+    store = sqlite_store
+    await write(store, item("a", 1))
+    async with store.read_warm() as session:
+        assert warm_driver(session) is store._held_write.driver  # type: ignore[union-attr]
+        writing = asyncio.create_task(write(store, item("b", 2)))
+        await asyncio.sleep(0.05)
+        assert not writing.done()  # the writer's connection is the read's meanwhile
+        assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 1}
+    await asyncio.wait_for(writing, 5)
+    async with store.read() as session:
+        assert (await execute(session, BY_EVENT, {"r_event": "b"})).scalar() == {"n": 2}
+
+
+async def test_a_warm_read_reads_on_either_database(store: Store) -> None:
+    await write(store, item("a", 1))
+    async with store.read_warm() as session:
+        assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 1}
+
+
+async def test_a_failing_warm_read_leaves_the_writer_usable(sqlite_store: Store) -> None:
+    store = sqlite_store
+    await write(store, item("a", 1))
+    missing = (
+        select(text("x"))
+        .select_from(text("no_such_table"))
+        .where(text("x = :r_x").bindparams(bindparam("r_x")))
+    )
+    with pytest.raises(DBAPIError):
+        async with store.read_warm() as session:
+            assert warm_driver(session) is store._held_write.driver  # type: ignore[union-attr]
+            await execute(session, missing, {"r_x": 1})
+    await asyncio.wait_for(write(store, item("b", 2)), 5)  # the lock was let go
+    async with store.read_warm() as session:
+        assert (await execute(session, BY_EVENT, {"r_event": "b"})).scalar() == {"n": 2}
+    # a writer's connection found broken is not read on: the next write replaces it
+    held = store._held
+    assert held is not None
+    await held.invalidate()
+    async with store.read_warm() as session:
+        assert warm_driver(session) is not store._held_write.driver  # type: ignore[union-attr]
+        assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 1}
+    await write(store, item("c", 3))
+    async with store.read_warm() as session:
+        assert warm_driver(session) is store._held_write.driver  # type: ignore[union-attr]
+        assert (await execute(session, BY_EVENT, {"r_event": "c"})).scalar() == {"n": 3}

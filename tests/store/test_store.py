@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from bot.store import Store, db
+from bot.store import Store, pool
 from bot.store.migrate import current, drift
 from bot.store.models import User
 from tests.conftest import Database
@@ -183,7 +183,7 @@ async def test_a_pooled_connection_is_pinged_only_after_sitting_idle(
     server: the backend's last query."""
     if database.backend != "postgres":
         pytest.skip("SQLite's connections are not pinged")
-    monkeypatch.setattr(db, "PING_IDLE_S", 0.3)
+    monkeypatch.setattr(pool, "PING_IDLE_S", 0.3)
     store = database.store(pool_size=1, max_overflow=0)
     await store.upgrade()
 
