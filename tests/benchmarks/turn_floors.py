@@ -176,7 +176,7 @@ RAW_SQL = (
 
 
 def _pg(sql: str) -> str:
-    """`?` placeholders as asyncpg's `$n`."""
+    """The SQL with its `?` marks numbered as asyncpg wants them (`$1`, `$2`, …)."""
     parts = sql.split("?")
     return "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], 1)) + parts[-1]
 
