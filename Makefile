@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
+JOBS   ?= auto
 CONSTRAINTS ?= constraints.txt
 
 .PHONY: help install run chat test test-browser lint bench clean
@@ -22,9 +23,9 @@ run: $(STAMP)  ## start every enabled platform; with none, a terminal chat
 chat: $(STAMP)  ## terminal chat with the agent
 	$(BIN)/switchboard chat $(ARGS)
 
-test: $(STAMP)  ## import contract + the whole test suite
+test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0: one process)
 	$(BIN)/lint-imports
-	$(BIN)/pytest $(ARGS)
+	$(BIN)/pytest -n $(JOBS) $(ARGS)
 
 test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
 	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)
