@@ -211,3 +211,13 @@ async def test_each_floor_writes_the_same_six_rows_a_turn(tmp_path: Path) -> Non
         "tf_runs": turns,
         "tf_tokens": turns,
     }
+
+
+def test_flow_prints_the_first_messages_after_a_start_with_and_without_the_warm_up() -> None:
+    out = run_bench("tests.benchmarks.flow", "--only", "first")
+    heading = "first messages after a start"
+    for side in ("with the warm-up", "without the warm-up"):
+        found = after(
+            out, heading, rf"{side}\s+first\s+(\d+) ms, loop lag max (\d+) ms.*second\s+(\d+) ms"
+        )
+        assert int(found[1]) > 0 and int(found[3]) > 0

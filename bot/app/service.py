@@ -80,9 +80,10 @@ HEALTH_GRACE_S = 10.0
 after its last answer."""
 
 
-PROVIDER_MODULE = "bot.llm.anthropic"
+PROVIDER_MODULE = "bot.llm.warm_up"
 """Imported lazily (the SDK takes seconds to import), in a worker thread so
-the event loop never stalls on it (`import_provider`)."""
+the event loop never stalls on it (`import_provider`); it imports the
+provider, `bot.llm.anthropic`."""
 
 
 def make_provider(settings: Settings, secrets: Secrets) -> Provider:
@@ -98,8 +99,10 @@ def make_provider(settings: Settings, secrets: Secrets) -> Provider:
 
 
 async def import_provider() -> None:
-    """Import the SDK off the event loop; `make_provider` then finds it loaded."""
-    await asyncio.to_thread(importlib.import_module, PROVIDER_MODULE)
+    """Import the SDK and build what it builds lazily on its first reply
+    (`bot.llm.warm_up`), off the event loop; `make_provider` then finds it
+    loaded, and the first model call does not stall the loop."""
+    await asyncio.to_thread(lambda: importlib.import_module(PROVIDER_MODULE).warm_up())
 
 
 @dataclass

@@ -107,7 +107,8 @@ class AnthropicProvider:
     errors; it honours ``retry-after``) before an error reaches the caller.
     `max_connections` sizes the HTTP connection pool, so that many calls in
     flight never queue for a connection; None keeps the SDK's default size
-    (1,000).
+    (1,000). `http_client` replaces that transport and pool altogether
+    (`bot.llm.warm_up` answers in memory).
 
     HTTP goes through the SDK's aiohttp transport (`DefaultAioHttpClient`),
     not its default httpx one: httpcore's pool checks every pooled connection
@@ -126,14 +127,16 @@ class AnthropicProvider:
         max_retries: int = 2,
         timeout: float = 600.0,
         max_connections: int | None = None,
+        http_client: httpx2.AsyncClient | None = None,
     ) -> None:
         self._api_key = api_key
         # The SDK's own client class keeps its defaults (timeouts, redirects,
         # proxies from the environment); only the transport and the pool change.
-        size = DEFAULT_POOL if max_connections is None else max_connections
-        http_client = anthropic.DefaultAioHttpClient(
-            limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size)
-        )
+        if http_client is None:
+            size = DEFAULT_POOL if max_connections is None else max_connections
+            http_client = anthropic.DefaultAioHttpClient(
+                limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size)
+            )
         try:
             if base_url is None:
                 self._client = anthropic.AsyncAnthropic(

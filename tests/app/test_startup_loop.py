@@ -22,7 +22,7 @@ async def test_the_sdk_is_imported_off_the_event_loop(monkeypatch) -> None:
     monkeypatch.setattr(service.importlib, "import_module", recording)
     await service.import_provider()
     assert threads and all(t is not threading.main_thread() for t in threads)
-    assert service.PROVIDER_MODULE == "bot.llm.anthropic"
+    assert service.PROVIDER_MODULE == "bot.llm.warm_up"
 
 
 def test_startup_objects_leave_the_collectors_full_passes() -> None:

@@ -9,6 +9,10 @@ prefix. Prints figures; asserts nothing.
   lag meanwhile (max and p99 of how late a 5 ms timer fires).
 - scheduler: J jobs in the table; the loop lag while the scheduler registers
   them at start and while a periodic sync runs.
+- first: the first two messages after a start, through the real SDK against
+  the fake Messages API (each side in a fresh interpreter: nothing of the SDK
+  built before), with the startup's warm-up (`bot.llm.warm_up`) and without
+  it: how long each took and the event loop's lag meanwhile.
 - prompt: a one-line "hi" on a fresh conversation through the real SDK against
   the fake Messages API with prompt caching simulated: prompt tokens, and the
   share read from the cache for a second user's first "hi" (another
@@ -22,6 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -277,26 +283,74 @@ async def prompt(url: str) -> None:
     )
 
 
+async def first(url: str, warm: bool) -> None:
+    """(In a fresh interpreter) The first two messages after `App.open`."""
+    from bot.app import service
+
+    if not warm:  # the import alone, in a worker thread, as before the warm-up
+
+        async def import_only() -> None:
+            await asyncio.to_thread(__import__, "bot.llm.anthropic")
+
+        service.import_provider = import_only  # type: ignore[assignment]
+    async with FakeAnthropic(api_key=KEY) as fake:
+        fake.responder = lambda body: text_reply("Hello!")
+        app = App(settings(url, llm={"base_url": fake.base_url}), Secrets(anthropic_api_key=KEY))
+        await app.open()
+        app.attach(TimedAdapter())
+        if settle_heap is not None:
+            settle_heap(collect=True)
+        figures = []
+        try:
+            for n in range(2):
+                msg = IncomingMessage(platform="bench", platform_user_id=f"first{n}",
+                                      platform_channel_id=f"D-first{n}", text="hi")  # fmt: skip
+                with LagMeter(0.001) as lag:
+                    started = time.perf_counter()
+                    await app.pipeline.handle(msg)
+                    await app.pipeline.idle()
+                    took = (time.perf_counter() - started) * 1000
+                figures.append(f"{took:5.0f} ms, loop lag {lag.figures()}")
+        finally:
+            await app.close()
+    label = "with the warm-up   " if warm else "without the warm-up"
+    print(f"  {label}  first {figures[0]};  second {figures[1]}")
+
+
+def first_in_children() -> None:
+    print("first messages after a start (real SDK, fake API; fresh interpreters)")
+    for side in ("warm", "cold"):
+        subprocess.run(
+            [sys.executable, "-m", "tests.benchmarks.flow", "--first-child", side], check=True
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument(
         "--only",
-        choices=["burst", "dms", "channel", "scheduler", "prompt"],
+        choices=["burst", "dms", "channel", "scheduler", "first", "prompt"],
         action="append",
         default=None,
     )
+    parser.add_argument("--first-child", choices=["warm", "cold"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    parts = args.only or ["burst", "scheduler", "prompt"]
+    parts = args.only or ["burst", "scheduler", "first", "prompt"]
     with tempfile.TemporaryDirectory() as tmp:
         base = f"sqlite+aiosqlite:///{Path(tmp)}"
+        if args.first_child:
+            asyncio.run(first(f"{base}/first.db", args.first_child == "warm"))
+            return
         if "burst" in parts or "dms" in parts:
             asyncio.run(burst(f"{base}/dm.db", args.conversations, one_channel=False))
         if "burst" in parts or "channel" in parts:
             asyncio.run(burst(f"{base}/ch.db", args.conversations, one_channel=True))
         if "scheduler" in parts:
             asyncio.run(scheduler(f"{base}/jobs.db", args.jobs))
+        if "first" in parts:
+            first_in_children()
         if "prompt" in parts:
             asyncio.run(prompt(f"{base}/prompt.db"))
 
