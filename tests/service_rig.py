@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
+import random
 import signal
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +34,42 @@ from tests.paths import REPO_ROOT
 START_TIMEOUT_S = 60.0
 
 
+def _ports() -> Iterator[int]:
+    """Ports for `free_port`, endlessly: outside the kernel's ephemeral range
+    (where every outgoing connection of the machine takes its local port), and
+    this test worker's share of them (pytest-xdist: workers never pick the same
+    port), from a random start (the previous session's may linger)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low, high = (int(part) for part in text.split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    ports = range(20000, low) if low - 20000 >= 2000 else range(high + 1, 65536)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    mine = ports[index % count :: count]
+    start = random.randrange(len(mine))
+    return itertools.cycle([*mine[start:], *mine[:start]])
+
+
+_NEXT_PORTS = _ports()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port on 127.0.0.1 that nothing listens on, for a server started later
+    (a subprocess): one the kernel never gives an outgoing connection, so
+    nothing takes it in the meantime (a port from `bind(0)` is, and under a
+    parallel run one did take it before the service bound it)."""
+    for _ in range(1000):
+        port = next(_NEXT_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # a server of the machine's, or still in TIME_WAIT
+                continue
+            return port
+    raise RuntimeError("no free port on 127.0.0.1 outside the ephemeral range")
 
 
 def service_env(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -45,6 +44,7 @@ from tests.fakes.anthropic import (
     tool_use_reply,
     truncated_stream,
 )
+from tests.service_rig import free_port
 
 KEY = "sk-ant-test-SECRET-0123456789"
 MODEL = "claude-test-model"
@@ -427,9 +427,7 @@ async def test_dropped_connection_is_unavailable(
 
 
 async def test_connection_refused_is_unavailable() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens there
     p = AnthropicProvider(api_key=KEY, base_url=f"http://127.0.0.1:{port}", max_retries=0)
     try:
         with pytest.raises(ProviderUnavailable) as info:
