@@ -4,7 +4,8 @@
   received by every instance's `LISTEN` on a dedicated connection (payloads are
   "<schema>|<kind>:<key>", so instances on other schemas ignore them). That
   connection, lost or never made, is tried again in the background; once it
-  listens again, callbacks hear `MISSED` (what was sent meanwhile is lost).
+  listens again, callbacks hear `MISSED` (what was sent meanwhile is lost), as
+  they do when the first connection listens only after `listen` returned.
   SQLite has no notifications: callers fall back to polling (the recovery
   sweep).
 - `announce_account`: a user's account, role, budget or memories changed;
@@ -224,13 +225,16 @@ class Coordination:
         from the moment this returns: the first try at listening is over, or
         took `LISTEN_FIRST_WAIT_S` (a failed one is tried again in the
         background, as is a connection lost later; once listening again,
-        callbacks hear `MISSED`)."""
+        callbacks hear `MISSED`, as they do when the first try listens only
+        after that wait: what was sent from the moment this returned is
+        lost)."""
         self.subscribe(callback)
         if not self.notifies or self._listening is not None:
             return
         tried: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._listening = asyncio.create_task(self._keep_listening(tried), name="control:listen")
         await asyncio.wait([tried], timeout=LISTEN_FIRST_WAIT_S)  # (a connect may hang)
+        tried.cancel()  # no-op when tried; else nobody waits any more: a late listen missed
 
     async def _keep_listening(self, tried: asyncio.Future[None]) -> None:
         """Listen on a connection of its own; when it fails or is lost, again,
@@ -253,6 +257,8 @@ class Coordination:
                 delay = min(delay * 2, LISTEN_RETRY_MAX_S)
                 continue
             log.info("control.listening channel=%s", CHANNEL)
+            if tried.cancelled():  # listening later than `listen` returned
+                missed = True
             if not tried.done():
                 tried.set_result(None)
             if missed:  # what was sent while nobody listened here is lost

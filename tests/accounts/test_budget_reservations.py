@@ -25,6 +25,13 @@ from tests.fakes.anthropic import FakeUsage, text_reply, tool_call, tool_use_rep
 from tests.harness import RecordingAdapter, message
 from tests.probes import ProbeTool
 
+NOTICE_S = 30.0
+"""How long a test waits for the account's notice to reach the app
+(PostgreSQL). A notice is heard in milliseconds; under a parallel run of the
+whole suite the 5 s this was once ran out (the tool's wait failed, the run
+went on with its cached limit). Once heard, the cache is dropped, whatever
+its TTL."""
+
 
 async def spent(app: Any) -> tuple[int, int, list[int]]:
     async with app.store.read() as s:
@@ -72,7 +79,7 @@ async def set_role(
     finally:
         await other.dispose()
     if not app.store.is_sqlite:
-        await asyncio.wait_for(heard.wait(), 5)
+        await asyncio.wait_for(heard.wait(), NOTICE_S)
 
 
 async def test_fifty_messages_at_once_never_spend_past_the_allowance(make_app, fake_anthropic):
@@ -149,7 +156,7 @@ async def test_a_limit_set_while_an_unlimited_run_goes_on_stops_it_at_the_next_c
                 finally:
                     await other.dispose()
                 if not s.store.is_sqlite:  # PostgreSQL: once the notice is heard,
-                    await asyncio.wait_for(heard.wait(), 5)  # well within the cache's TTL
+                    await asyncio.wait_for(heard.wait(), NOTICE_S)
         return "stepped"
 
     step = ProbeTool("step", behaviour=limited_at_the_third_step)

@@ -11,6 +11,7 @@ import logging
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -226,6 +227,48 @@ async def test_a_lost_listening_connection_listens_again_and_says_what_it_missed
         with caplog.at_level(logging.INFO, logger="switchboard.control"):
             await wait_until(lambda: (MISSED, "") in heard)
         assert "control.listener_lost" in caplog.text
+        async with elsewhere.write() as session:
+            await announce_account(session, elsewhere, 7)
+        await wait_until(lambda: (ACCOUNT, "7") in heard)
+        assert heard == [(MISSED, ""), (ACCOUNT, "7")]
+    finally:
+        await coordination.close()
+        await here.dispose()
+        await elsewhere.dispose()
+
+
+class SlowToConnect:
+    """An engine whose connections take `delay` seconds to open."""
+
+    def __init__(self, engine: Any, delay: float) -> None:
+        self._engine, self._delay = engine, delay
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def connect(self) -> Any:
+        await asyncio.sleep(self._delay)
+        return await self._engine.connect()
+
+
+@postgres
+async def test_a_first_listen_later_than_the_wait_says_what_it_missed(
+    pg: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`listen` returned before the first connection listened: what was sent
+    in between is lost, so callbacks hear `MISSED` once it listens (caches
+    drop everything), then the notices that follow."""
+    here, elsewhere = pg.store(), pg.store()
+    await here.upgrade()
+    monkeypatch.setattr(coordination_module, "LISTEN_FIRST_WAIT_S", 0.2)
+    monkeypatch.setattr(here, "engine", SlowToConnect(here.engine, 1.0))
+    coordination = Coordination(here, Leases(here, "here", 30), pg.schema)
+    heard: list[tuple[str, str]] = []
+    try:
+        await asyncio.wait_for(coordination.listen(lambda k, key: heard.append((k, key))), 0.9)
+        async with elsewhere.write() as session:  # nobody listens yet: lost
+            await announce_account(session, elsewhere, 6)
+        await wait_until(lambda: (MISSED, "") in heard)
         async with elsewhere.write() as session:
             await announce_account(session, elsewhere, 7)
         await wait_until(lambda: (ACCOUNT, "7") in heard)
