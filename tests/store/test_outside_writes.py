@@ -205,6 +205,16 @@ async def wait_until(check: Callable[[], bool], within: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def missed_then_heard(heard: list[tuple[str, str]], elsewhere: Store) -> None:
+    """Callbacks hear `MISSED` once listening (again), then the notice of a
+    change `elsewhere` commits after, and nothing else."""
+    await wait_until(lambda: (MISSED, "") in heard)
+    async with elsewhere.write() as session:
+        await announce_account(session, elsewhere, 7)
+    await wait_until(lambda: (ACCOUNT, "7") in heard)
+    assert heard == [(MISSED, ""), (ACCOUNT, "7")]
+
+
 @postgres
 async def test_a_lost_listening_connection_listens_again_and_says_what_it_missed(
     pg: Database, caplog: pytest.LogCaptureFixture
@@ -225,12 +235,8 @@ async def test_a_lost_listening_connection_listens_again_and_says_what_it_missed
             cut = text("SELECT pg_terminate_backend(:pid)").bindparams(pid=listeners[0][0])
             await session.exec(cut)  # type: ignore[call-overload]
         with caplog.at_level(logging.INFO, logger="switchboard.control"):
-            await wait_until(lambda: (MISSED, "") in heard)
+            await missed_then_heard(heard, elsewhere)
         assert "control.listener_lost" in caplog.text
-        async with elsewhere.write() as session:
-            await announce_account(session, elsewhere, 7)
-        await wait_until(lambda: (ACCOUNT, "7") in heard)
-        assert heard == [(MISSED, ""), (ACCOUNT, "7")]
     finally:
         await coordination.close()
         await here.dispose()
@@ -268,11 +274,7 @@ async def test_a_first_listen_later_than_the_wait_says_what_it_missed(
         await asyncio.wait_for(coordination.listen(lambda k, key: heard.append((k, key))), 0.9)
         async with elsewhere.write() as session:  # nobody listens yet: lost
             await announce_account(session, elsewhere, 6)
-        await wait_until(lambda: (MISSED, "") in heard)
-        async with elsewhere.write() as session:
-            await announce_account(session, elsewhere, 7)
-        await wait_until(lambda: (ACCOUNT, "7") in heard)
-        assert heard == [(MISSED, ""), (ACCOUNT, "7")]
+        await missed_then_heard(heard, elsewhere)
     finally:
         await coordination.close()
         await here.dispose()
