@@ -17,6 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from bot.app import service
 from bot.llm import warm_up
 from tests.paths import REPO_ROOT
 
@@ -116,25 +117,27 @@ def test_the_warm_up_opens_no_socket(monkeypatch, caplog) -> None:
     assert "warm_up_failed" not in caplog.text
 
 
-def test_a_failing_warm_up_is_logged_and_startup_goes_on(monkeypatch, caplog) -> None:
-    def broken(_request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=b"x")
+def stream(body: bytes) -> httpx2.Response:
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
 
-    monkeypatch.setattr(warm_up, "_answer", broken)
+
+def cut(request: httpx2.Request) -> httpx2.Response:
+    raise httpx2.ConnectError("connection reset", request=request)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda _request: stream(b"x"),
+        lambda _request: stream(b""),
+        lambda _request: stream(b"event: error\ndata: {}\n\n"),
+        lambda _request: httpx2.Response(500, content=b"{}"),
+        cut,
+    ],
+    ids=["garbage", "empty", "error event", "500", "cut"],
+)
+async def test_a_failing_warm_up_is_logged_and_startup_goes_on(monkeypatch, caplog, answer) -> None:
+    monkeypatch.setattr(warm_up, "_answer", answer)
     with caplog.at_level(logging.WARNING, logger="switchboard.llm"):
-        warm_up.warm_up()  # does not raise
-    assert "llm.warm_up_failed" in caplog.text
-
-
-@pytest.mark.parametrize("body", [b"", b"event: error\ndata: {}\n\n"])
-def test_the_warm_up_survives_what_any_answer_does(monkeypatch, caplog, body: bytes) -> None:
-    monkeypatch.setattr(
-        warm_up,
-        "_answer",
-        lambda _request: httpx2.Response(
-            200, headers={"content-type": "text/event-stream"}, content=body
-        ),
-    )
-    with caplog.at_level(logging.WARNING, logger="switchboard.llm"):
-        warm_up.warm_up()
+        await service.import_provider()  # returns: startup goes on
     assert "llm.warm_up_failed" in caplog.text
