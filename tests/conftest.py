@@ -84,6 +84,8 @@ async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
 async def pg(tmp_path: Path) -> AsyncIterator[Database]:
     """A fresh PostgreSQL schema, for tests that need PostgreSQL itself (they
     skip without SWITCHBOARD_TEST_POSTGRES_URL)."""
+    if not POSTGRES_URL:
+        pytest.skip("SWITCHBOARD_TEST_POSTGRES_URL not set")
     db = Database("postgres", tmp_path)
     await db.create()
     try:
