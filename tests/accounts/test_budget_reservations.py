@@ -47,9 +47,12 @@ async def stopped_at_the_fourth_call(
     its third step, is refused at its fourth call, having charged its three;
     `heard` is set at the account's notice (listened for as the running
     service does, PostgreSQL)."""
-    await app.pipeline.s.coordination.listen(
+    coordination = app.pipeline.s.coordination
+    await coordination.listen(
         lambda kind, key: heard.set() if (kind, key) == (ACCOUNT, str(user_id)) else None
     )
+    await earlier_notices_heard(coordination)
+    heard.clear()  # set by an earlier notice of the account (its role set by the test)
     adapter = RecordingAdapter()
     app.attach(adapter)
     fake_anthropic.responder = lambda body: tool_use_reply(
@@ -62,6 +65,21 @@ async def stopped_at_the_fourth_call(
     assert fake_anthropic.request_count == 3  # no call after the change
     charged, reserved, calls = await spent(app)
     assert charged == sum(calls) == 3 * 1010 and reserved == 0
+
+
+async def earlier_notices_heard(coordination: Any) -> None:
+    """(PostgreSQL) Return once every notice sent before has reached this
+    instance: a listener hears notices in the order their transactions
+    committed, so a marker sent now comes after them. An account's notice
+    committed before the test's change (its creation, a role set) may
+    otherwise be heard only after the listener is in place, and be taken for
+    the change's own."""
+    if not coordination.notifies:
+        return
+    marker = asyncio.Event()
+    coordination.subscribe(lambda kind, key: marker.set() if kind == "test-marker" else None)
+    await coordination.notify("test-marker", "")
+    await asyncio.wait_for(marker.wait(), NOTICE_S)
 
 
 async def set_role(
