@@ -39,6 +39,7 @@ from bot.config import BudgetSettings
 from bot.errors import BudgetExceeded
 from bot.store import Store
 from bot.store.coordination import announce_account
+from bot.store.forgotten import Forgotten
 from bot.store.models import Budget
 from bot.store.rows import execute
 from bot.types import Role, utcnow
@@ -107,9 +108,14 @@ class Budgets:
         """How long a reservation can be outstanding (longer than any LLM call)."""
         self._limits: dict[int, tuple[float, str, int | None]] = {}
         """user id → (read at, limit_mode, limit_tokens), see the module doc."""
+        self._forgotten = Forgotten(CACHE_LIMIT)
+        """when each user's cached limit was dropped: a read begun before is
+        not cached"""
 
     def forget(self, user_id: int | None = None) -> None:
-        """Drop the cached limit of a user (or of all) after a change to it."""
+        """Drop the cached limit of a user (or of all) after a change to it;
+        a read of it on its way meanwhile is not cached."""
+        self._forgotten.forget(user_id)
         if user_id is None:
             self._limits.clear()
         else:
@@ -118,18 +124,22 @@ class Budgets:
     def user_created(self, user_id: int) -> None:
         """A user created here has the budget row `Identity` wrote: its role's
         allowance (cached like a read of it)."""
-        self._remember(user_id, "role", None)
+        self._remember(user_id, "role", None, time.monotonic())
 
     def account_read(self, read: AccountRead) -> None:
         """The user's limit as read with their account (`Identity`'s
         `on_read`): cached like a read of the budget row (no row: the role's
         allowance, as `status` takes it)."""
-        self._remember(read.user_id, read.limit_mode or "role", read.limit_tokens)
+        self._remember(read.user_id, read.limit_mode or "role", read.limit_tokens, read.read_at)
 
-    def _remember(self, user_id: int, mode: str, tokens: int | None) -> None:
+    def _remember(self, user_id: int, mode: str, tokens: int | None, read_at: float) -> None:
+        """Cache what a read begun at `read_at` found, unless the limit was
+        dropped since (a change heard while the read was on its way)."""
+        if not self._forgotten.fresh(user_id, read_at):
+            return
         if len(self._limits) >= CACHE_LIMIT:
             self._limits.clear()
-        self._limits[user_id] = (time.monotonic(), mode, tokens)
+        self._limits[user_id] = (read_at, mode, tokens)
 
     def _known_unlimited(self, user_id: int, role: Role) -> str | None:
         """The limit mode when the cached limit says unlimited, else None."""
@@ -161,16 +171,17 @@ class Budgets:
         self, user_id: int, role: Role, session: AsyncSession | None = None
     ) -> BudgetStatus:
         params = {"s_user_id": user_id}
+        read_at = time.monotonic()
         if session is None:
             async with self._store.read() as own:
                 row = (await execute(own, _STATUS, params)).first()
         else:
             row = (await execute(session, _STATUS, params)).first()
         if row is None:
-            self._remember(user_id, "role", None)
+            self._remember(user_id, "role", None, read_at)
             return BudgetStatus(current_period(), self.role_allowance(role), 0, 0, 0, "role")
         period, limit_mode, limit_tokens, granted, used, overage = row
-        self._remember(user_id, limit_mode, limit_tokens)
+        self._remember(user_id, limit_mode, limit_tokens, read_at)
         allowance = self._allowance(limit_mode, limit_tokens, role)
         if period != current_period():  # a new month: nothing used yet
             return BudgetStatus(current_period(), allowance, 0, 0, 0, limit_mode)

@@ -19,6 +19,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import Store
+from bot.store.forgotten import Forgotten
 from bot.store.models import Budget, Memory, PlatformLink, User
 from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row
 from bot.types import IncomingMessage, Role, utcnow
@@ -70,6 +71,9 @@ class AccountRead:
     """The budget row's limit mode (None: the user has no budget row)."""
     limit_tokens: int | None
     has_memories: bool
+    read_at: float
+    """when the read began (`time.monotonic()`): a cache that dropped the
+    user's entries since keeps none of this (`bot.store.forgotten`)"""
 
 
 class Identity:
@@ -83,6 +87,8 @@ class Identity:
         self._store = store
         self._owners = frozenset(owners)
         self._cache: dict[tuple[str, str], tuple[float, UserRecord, str | None]] = {}
+        self._forgotten = Forgotten(CACHE_LIMIT)
+        """when each user's accounts were dropped: a read begun before is not cached"""
         self._on_created = tuple(on_created)
         """Told each new user's id: what a user created here has is known
         (a budget of its role's allowance, no memories), no need to read it."""
@@ -93,7 +99,9 @@ class Identity:
         need no read of their own."""
 
     def forget(self, user_id: int | None = None) -> None:
-        """Drop cached accounts (of one user, or all) after a change to them."""
+        """Drop cached accounts (of one user, or all) after a change to them;
+        a read of them on its way meanwhile is not cached."""
+        self._forgotten.forget(user_id)
         if user_id is None:
             self._cache.clear()
             return
@@ -171,10 +179,13 @@ class Identity:
         fresh = self._fresh(platform, platform_user_id, display_name, username)
         if fresh is not None:
             return fresh
-        record = await self._load(platform, platform_user_id, display_name, username, also)
+        read_at = time.monotonic()
+        record = await self._load(platform, platform_user_id, display_name, username, also, read_at)
+        if not self._forgotten.fresh(record.id, read_at):
+            return record  # the account changed while it was read: read it again next time
         if len(self._cache) >= CACHE_LIMIT:
             self._cache.clear()
-        self._cache[(platform, platform_user_id)] = (time.monotonic(), record, username)
+        self._cache[(platform, platform_user_id)] = (read_at, record, username)
         return record
 
     async def _load(
@@ -183,12 +194,14 @@ class Identity:
         platform_user_id: str,
         display_name: str | None,
         username: str | None,
-        also: Also | None = None,
+        also: Also | None,
+        read_at: float,
     ) -> UserRecord:
+        """The account, read (or created); `read_at`: when the read began."""
         found, ids = await self._find_or_ids(platform, platform_user_id)
         if found is not None:
             read = AccountRead(
-                found.user_id, found.limit_mode, found.limit_tokens, found.has_memories
+                found.user_id, found.limit_mode, found.limit_tokens, found.has_memories, read_at
             )
             for tell in self._on_read:
                 tell(read)

@@ -186,7 +186,7 @@ class App:
             on_created=(budgets.user_created, memories.user_created),
             on_read=(
                 budgets.account_read,
-                lambda read: memories.presence_read(read.user_id, read.has_memories),
+                lambda read: memories.presence_read(read.user_id, read.has_memories, read.read_at),
             ),
         )
         forget_changes_elsewhere(self.store, coordination, (identity, budgets, memories))

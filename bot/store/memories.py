@@ -27,6 +27,7 @@ from sqlmodel import col, select
 
 from bot.store import Store
 from bot.store.coordination import announce_account
+from bot.store.forgotten import Forgotten
 from bot.store.models import Memory
 from bot.store.rows import execute
 
@@ -80,6 +81,8 @@ class MemoryStore:
         """Users known to have memories."""
         self._none_since: dict[int, float] = {}
         """Users known to have none, since this `time.monotonic()`."""
+        self._forgotten = Forgotten(CACHE_LIMIT)
+        """when each user's "none" was dropped: a read begun before is not cached"""
 
     async def save(
         self,
@@ -159,9 +162,10 @@ class MemoryStore:
             return True
         if self._none_lately(user_id):
             return False
+        read_at = time.monotonic()
         async with self._store.read() as session:
             found = bool((await execute(session, _ANY, {"m_user_id": user_id})).scalar())
-        self.presence_read(user_id, found)
+        self.presence_read(user_id, found, read_at)
         return found
 
     def _none_lately(self, user_id: int) -> bool:
@@ -169,18 +173,22 @@ class MemoryStore:
         since = self._none_since.get(user_id)
         return since is not None and time.monotonic() - since < NO_MEMORIES_TTL_S
 
-    def presence_read(self, user_id: int, has_any: bool) -> None:
-        """Whether the user has memories, as read elsewhere (with their account):
-        cached like `_any`'s answer. "Some" known here stays (memories are never
-        deleted; one saved here after that read began counts)."""
+    def presence_read(self, user_id: int, has_any: bool, read_at: float) -> None:
+        """Whether the user has memories, as a read begun at `read_at` found
+        (`_any`'s, or their account's): cached. "Some" known here stays
+        (memories are never deleted; one saved here after that read began
+        counts); "none" is not cached when the user's "none" was dropped
+        since (a memory saved elsewhere while the read was on its way)."""
         if has_any:
             self._known_some(user_id)
-        elif user_id not in self._some:
-            self._known_none(user_id)
+        elif user_id not in self._some and self._forgotten.fresh(user_id, read_at):
+            self._known_none(user_id, read_at)
 
     def forget(self, user_id: int | None = None) -> None:
         """Drop "no memories" known of a user (or of all): their account
-        changed elsewhere (a memory saved there, a merge moving memories)."""
+        changed elsewhere (a memory saved there, a merge moving memories); a
+        read of it on its way meanwhile is not cached."""
+        self._forgotten.forget(user_id)
         if user_id is None:
             self._none_since.clear()
         else:
@@ -188,12 +196,12 @@ class MemoryStore:
 
     def user_created(self, user_id: int) -> None:
         """A user just created here has no memories (cached like a read of it)."""
-        self._known_none(user_id)
+        self._known_none(user_id, time.monotonic())
 
-    def _known_none(self, user_id: int) -> None:
+    def _known_none(self, user_id: int, since: float) -> None:
         if len(self._none_since) >= CACHE_LIMIT:
             self._none_since.clear()
-        self._none_since[user_id] = time.monotonic()
+        self._none_since[user_id] = since
 
     def _known_some(self, user_id: int) -> None:
         if len(self._some) >= CACHE_LIMIT:

@@ -6,6 +6,7 @@ another instance still counts. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+import time
 
 from bot.accounts.budgets import Budgets
 from bot.store.memories import MemoryStore
@@ -63,6 +64,7 @@ async def test_memories_known_here_outlast_an_account_read_that_began_before_the
     assert (await app.pipeline.handle(message("hello"))).status == "answered"
     user = await app.pipeline.s.identity.resolve(message("x"))
     here: MemoryStore = app.pipeline.s.memories
+    read_at = time.monotonic()
     await here.save(user.id, "Alice likes cheese")
-    here.presence_read(user.id, False)  # the older read's answer arrives late
+    here.presence_read(user.id, False, read_at)  # the older read's answer arrives late
     assert [m.text for m in await here.search(user.id, "cheese")] == ["Alice likes cheese"]
