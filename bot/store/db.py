@@ -446,6 +446,13 @@ def _tune_sqlite(
             cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute("PRAGMA foreign_keys = ON")
+            # Savepoints' journals in memory: a group commit's writes each run
+            # in a savepoint (`bot.store.group`), and on SQLite's default a
+            # savepoint's journal goes to a temporary file once past 64 KiB (a
+            # turn's rows change more pages than that): some 48 write() calls
+            # a message in a burst. Temporary tables and sorts are kept in
+            # memory too: the reports' are aggregates (rows per user, per day).
+            cursor.execute("PRAGMA temp_store = MEMORY")
             if checkpoints is not None:
                 # Statements run on the event loop's thread from here on: it
                 # never waits for a lock or syncs a checkpoint (`sqlite_driver`).
