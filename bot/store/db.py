@@ -88,8 +88,11 @@ class Store:
                 }
         else:
             pool = {**KeepingPool.sized(pool_size, max_overflow), "pool_timeout": pool_timeout}
+            # pg_stat_activity names the service's connections (and the schema's)
+            settings = {"application_name": f"switchboard:{schema}" if schema else "switchboard"}
             if schema:
-                connect_args["server_settings"] = {"search_path": schema}
+                settings["search_path"] = schema
+            connect_args["server_settings"] = settings
         self.schema = schema
         self.engine: AsyncEngine = create_async_engine(url, connect_args=connect_args, **pool)
         # PostgreSQL: a few connections of their own for what must never queue
