@@ -334,7 +334,8 @@ class App:
         if self.secrets.admin_token is not None:  # the dashboard; else /admin is 404
             inbox = self.pipeline.s.inbox
             deps = AdminDeps(self.store, self.ops, self.scheduler.jobs, inbox.backlog)
-            self.web.add_routes(admin_routes(deps, self.secrets.admin_token.get_secret_value()))
+            token = self.secrets.admin_token.get_secret_value()
+            self.web.add_routes(admin_routes(deps, token, trust_proxy=server.trust_proxy))
         await self.web.start()
         for adapter in created:
             self.metrics.serve_platform(adapter.platform)

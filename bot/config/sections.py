@@ -258,6 +258,10 @@ class ServerSettings(Section):
     """Request bodies over this get 413 (no platform sends webhooks that large)."""
     metrics: bool = True
     """Serve Prometheus metrics at GET /metrics (false: 404)."""
+    trust_proxy: bool = False
+    """Behind one TLS-terminating reverse proxy: the admin session cookie is
+    Secure and a client's address is the right-most X-Forwarded-For entry
+    (`bot.web.clients`); false: that header is ignored."""
 
 
 class StreamOverride(Section):

@@ -323,6 +323,18 @@ class AuditEntry(SQLModel, table=True):
     created_at: datetime = _ts(index=True)
 
 
+class RevokedSession(SQLModel, table=True):
+    """An admin dashboard session ended by its logout, kept until it would have
+    expired so that every instance refuses its cookie (`bot.store.revocations`)."""
+
+    __tablename__ = "revoked_sessions"
+
+    digest: str = Field(primary_key=True, max_length=64)
+    """SHA-256 (hex) of the session's nonce: the cookie itself is never stored."""
+    expires_at: datetime = Field(sa_type=UTCDateTime, nullable=False, index=True)
+    revoked_at: datetime = _ts()
+
+
 class ScheduledJob(SQLModel, table=True):
     """A wakeup: at each fire time the agent runs `prompt` in `conversation_id`,
     charged to `owner_user_id`. The source of truth; the scheduler's memory is

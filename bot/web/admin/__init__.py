@@ -16,7 +16,8 @@ import logging
 from aiohttp import web
 
 from bot.ports import Route
-from bot.web.admin.auth import Gate
+from bot.web.admin.auth import Gate, Signer
+from bot.web.admin.revoked import Revocations
 from bot.web.admin.site import AdminDeps, Site
 from bot.web.admin.views import audit, jobs, overview, runs, session, users
 
@@ -26,14 +27,17 @@ log = logging.getLogger("switchboard.web")
 MIN_TOKEN_CHARS = 24
 
 
-def admin_routes(deps: AdminDeps, token: str) -> list[Route]:
+def admin_routes(deps: AdminDeps, token: str, *, trust_proxy: bool = False) -> list[Route]:
+    """The dashboard's routes; `trust_proxy` (`[server] trust_proxy`): behind a
+    TLS-terminating proxy whose X-Forwarded-For is believed (`bot.web.clients`)."""
     if len(token) < MIN_TOKEN_CHARS:
         log.warning(
             "admin.weak_token: SWITCHBOARD_ADMIN_TOKEN has fewer than %d characters; "
             "use a long random value (e.g. openssl rand -hex 24)",
             MIN_TOKEN_CHARS,
         )
-    site = Site(deps, Gate(token))
+    gate = Gate(Signer(token), Revocations(deps.store), trust_proxy=trust_proxy)
+    site = Site(deps, gate)
     guarded = site.guarded
 
     async def login_form(request: web.Request) -> web.StreamResponse:

@@ -65,30 +65,39 @@ class Site:
         session's CSRF token (403 without it) before the view runs."""
 
         async def handler(request: web.Request) -> web.StreamResponse:
-            credential = self.gate.check(request)
+            try:
+                credential = await self.gate.check(request)
+            except SQLAlchemyError as exc:  # whether the session was logged out
+                return self.unavailable(request, None, exc)
             if credential is None:
                 if wants_html(request):
                     raise web.HTTPSeeOther(LOGIN_PATH)
                 raise unauthorized()
             if changes:
-                await require_csrf(request, self.gate, credential)
+                await require_csrf(request, self.gate.signer, credential)
             try:
                 return await view(self, request, credential)
             except SQLAlchemyError as exc:
-                log.warning(
-                    "admin.database_error method=%s path=%s error=%s",
-                    request.method,
-                    request.path,
-                    type(exc).__name__,
-                )
-                return self.problem(
-                    request,
-                    credential,
-                    503,
-                    f"The database did not answer ({type(exc).__name__}); try again shortly.",
-                )
+                return self.unavailable(request, credential, exc)
 
         return handler
+
+    def unavailable(
+        self, request: web.Request, credential: Credential | None, exc: SQLAlchemyError
+    ) -> web.Response:
+        """503: the database failed (logged with the error's type, never its SQL)."""
+        log.warning(
+            "admin.database_error method=%s path=%s error=%s",
+            request.method,
+            request.path,
+            type(exc).__name__,
+        )
+        return self.problem(
+            request,
+            credential,
+            503,
+            f"The database did not answer ({type(exc).__name__}); try again shortly.",
+        )
 
     def render(
         self,
@@ -106,13 +115,13 @@ class Site:
             status,
             section=section,
             session=credential is not None and credential.kind == "session",
-            csrf=csrf_token(self.gate, credential) if credential else "",
+            csrf=csrf_token(self.gate.signer, credential) if credential else "",
             notice=notice,
             **context,
         )
 
     def problem(
-        self, request: web.Request, credential: Credential, status: int, message: str
+        self, request: web.Request, credential: Credential | None, status: int, message: str
     ) -> web.Response:
         """A page saying what was wrong (400 bad input, 403 refused, 404 unknown,
         503 the database failed)."""

@@ -29,7 +29,8 @@ from bot.store.models import (
     User,
 )
 from bot.types import utcnow
-from bot.web.admin.auth import COOKIE, LOGIN_FAILURES
+from bot.web.admin.auth import COOKIE
+from bot.web.admin.lockout import LOGIN_FAILURES
 from tests.web.admin.conftest import ADMIN_TOKEN, Dashboard, open_dashboard
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
