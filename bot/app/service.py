@@ -66,6 +66,7 @@ from bot.tools.errors import ErrorChannel
 from bot.tools.memory import memory_tools
 from bot.tools.registry import ToolRegistry
 from bot.tools.results import GetToolResult, ResultStore
+from bot.tools.web import WebTools, web_tools
 from bot.types import utcnow
 from bot.web.admin import AdminDeps, admin_routes
 from bot.web.server import WebServer
@@ -129,6 +130,8 @@ class App:
     """Platforms being started: not ready until their adapter runs."""
     llm_gate: FairLimiter = field(init=False)
     """LLM calls in flight (`[llm] max_in_flight`), oldest message first."""
+    web_tools: WebTools = field(default_factory=WebTools, init=False)
+    """`web_fetch` and `web_search` (`[web]`), with their HTTP clients."""
 
     async def open(self) -> Pipeline:
         if self.provider is None:
@@ -206,12 +209,14 @@ class App:
         self.scheduler = extras.scheduler
         sync_jobs_changed_elsewhere(self.store, coordination, self.scheduler)
         self.ops = extras.ops
+        self.web_tools = web_tools(self.settings.web, os.environ, self.metrics)
         tools = ToolRegistry(
             [
                 *core_tools(errors),
                 GetToolResult(results),
                 *memory,
                 *extras.tools,
+                *self.web_tools.tools,
                 *self.extra_tools,
             ]
         )
@@ -390,6 +395,7 @@ class App:
             await self.web.stop()
         if self.provider is not None:
             await self.provider.aclose()
+        await self.web_tools.aclose()
         if hasattr(self, "store"):
             await self.store.dispose()
 

@@ -31,13 +31,18 @@ import anthropic
 import httpx2
 from anthropic.types import (
     CacheControlEphemeralParam,
+    CitationWebSearchResultLocationParam,
     ContentBlockParam,
     ImageBlockParam,
     MessageParam,
+    ServerToolUseBlockParam,
     TextBlockParam,
     ToolParam,
     ToolResultBlockParam,
+    ToolUnionParam,
     ToolUseBlockParam,
+    WebSearchTool20250305Param,
+    WebSearchToolResultBlockParam,
 )
 
 from bot.errors import (
@@ -53,12 +58,16 @@ from bot.llm.caching import breakpoints, is_blank
 from bot.llm.types import (
     Block,
     ChatMessage,
+    Citation,
     ImageBlock,
     LLMRequest,
     LLMResponse,
+    ServerToolResultBlock,
+    ServerToolUseBlock,
     TextBlock,
     TextCallback,
     ToolResultBlock,
+    ToolSpec,
     ToolUseBlock,
 )
 from bot.types import Usage
@@ -93,6 +102,11 @@ _CONTEXT_TOO_LONG = re.compile(
     re.IGNORECASE,
 )
 
+
+WEB_SEARCH_TOOL: Literal["web_search_20250305"] = "web_search_20250305"
+"""The server-side web search tool's version: the basic one, offered on every
+current model (web_search_20260209 adds dynamic filtering on some models,
+through the code execution tool)."""
 
 DEFAULT_POOL = 1000
 """HTTP connections to the API at most, when not given (the SDK's default)."""
@@ -239,7 +253,7 @@ class ApiParams:
 
     messages: list[MessageParam]
     system: list[TextBlockParam] = field(default_factory=list)
-    tools: list[ToolParam] = field(default_factory=list)
+    tools: list[ToolUnionParam] = field(default_factory=list)
     extra_body: dict[str, object] = field(default_factory=dict)
 
 
@@ -260,16 +274,9 @@ def build_params(request: LLMRequest) -> ApiParams:
     messages = [_clean(m) for m in request.messages]
     points = breakpoints(request, system_blocks, messages) if request.cache else set()
 
-    tools: list[ToolParam] = []
-    for i, spec in enumerate(request.tools):
-        tool: ToolParam = {
-            "name": spec.name,
-            "description": spec.description,
-            "input_schema": dict(spec.input_schema),
-        }
-        if ("tool", i, 0) in points:
-            tool["cache_control"] = _EPHEMERAL
-        tools.append(tool)
+    tools = [
+        _tool_param(spec, cache=("tool", i, 0) in points) for i, spec in enumerate(request.tools)
+    ]
 
     system: list[TextBlockParam] = []
     for i, block in enumerate(system_blocks):
@@ -299,6 +306,24 @@ def build_params(request: LLMRequest) -> ApiParams:
     return ApiParams(messages=api_messages, system=system, tools=tools, extra_body=extra_body)
 
 
+def _tool_param(spec: ToolSpec, *, cache: bool) -> ToolUnionParam:
+    if spec.server is not None:  # kind "web_search", the one there is
+        search: WebSearchTool20250305Param = {"type": WEB_SEARCH_TOOL, "name": "web_search"}
+        if spec.server.max_uses is not None:
+            search["max_uses"] = spec.server.max_uses
+        if cache:
+            search["cache_control"] = _EPHEMERAL
+        return search
+    tool: ToolParam = {
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": dict(spec.input_schema),
+    }
+    if cache:
+        tool["cache_control"] = _EPHEMERAL
+    return tool
+
+
 def _clean(message: ChatMessage) -> ChatMessage:
     kept = tuple(b for b in message.content if not is_blank(b))
     if not kept or len(kept) == len(message.content):
@@ -309,6 +334,8 @@ def _clean(message: ChatMessage) -> ChatMessage:
 def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
     if isinstance(block, TextBlock):
         text: TextBlockParam = {"type": "text", "text": block.text}
+        if block.citations:
+            text["citations"] = [_citation_param(c) for c in block.citations]
         if cache:
             text["cache_control"] = _EPHEMERAL
         return text
@@ -347,7 +374,36 @@ def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
         if cache:
             result["cache_control"] = _EPHEMERAL
         return result
+    if isinstance(block, ServerToolUseBlock):
+        server_use: ServerToolUseBlockParam = {
+            "type": "server_tool_use",
+            "id": block.id,
+            "name": cast(Literal["web_search"], block.name),
+            "input": dict(block.input),
+        }
+        if cache:
+            server_use["cache_control"] = _EPHEMERAL
+        return server_use
+    if isinstance(block, ServerToolResultBlock):  # web_search_tool_result, the one there is
+        found: WebSearchToolResultBlockParam = {
+            "type": "web_search_tool_result",
+            "tool_use_id": block.tool_use_id,
+            "content": block.payload,
+        }
+        if cache:
+            found["cache_control"] = _EPHEMERAL
+        return found
     assert_never(block)
+
+
+def _citation_param(citation: Citation) -> CitationWebSearchResultLocationParam:
+    return {
+        "type": "web_search_result_location",
+        "url": citation.url,
+        "title": citation.title,
+        "cited_text": citation.cited_text,
+        "encrypted_index": citation.ref,
+    }
 
 
 # --- response mapping --------------------------------------------------------
@@ -357,11 +413,22 @@ def _to_response(message: anthropic.types.Message) -> LLMResponse:
     content: list[Block] = []
     for block in message.content:
         if block.type == "text":
-            content.append(TextBlock(text=block.text))
+            cited = tuple(
+                Citation(c.url, c.title, c.cited_text, c.encrypted_index)
+                for c in block.citations or ()
+                if c.type == "web_search_result_location"
+            )
+            content.append(TextBlock(text=block.text, citations=cited))
         elif block.type == "tool_use":
             raw = block.input
             args: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
             content.append(ToolUseBlock(id=block.id, name=block.name, input=args))
+        elif block.type == "server_tool_use":
+            raw = block.input
+            server_args: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+            content.append(ServerToolUseBlock(id=block.id, name=block.name, input=server_args))
+        elif block.type == "web_search_tool_result":
+            content.append(_search_result(block))
         else:
             log.debug("ignoring %s content block from the API", block.type)
     usage = message.usage
@@ -376,6 +443,16 @@ def _to_response(message: anthropic.types.Message) -> LLMResponse:
         ),
         model=str(message.model),
     )
+
+
+def _search_result(block: anthropic.types.WebSearchToolResultBlock) -> ServerToolResultBlock:
+    """The block kept whole (sent back as it came), with what we may read of it."""
+    payload = block.model_dump(mode="json", exclude_none=True)["content"]
+    if isinstance(block.content, list):
+        hits = tuple((r.title, r.url) for r in block.content)
+        return ServerToolResultBlock(block.tool_use_id, "web_search", payload, hits)
+    error = str(block.content.error_code)
+    return ServerToolResultBlock(block.tool_use_id, "web_search", payload, error=error)
 
 
 # --- error mapping -----------------------------------------------------------
