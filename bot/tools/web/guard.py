@@ -290,15 +290,16 @@ _NAMES: dict[str, str] = {
 def _shown(host: str, ip: IP) -> str:
     """The host as written and, when it differs, the address it stands for."""
     name = _normal_host(host)
+    shown = str(ip)
     if isinstance(ip, ipaddress.IPv6Address) and not (ip.is_loopback or ip.is_unspecified):
         carried = _embedded_v4(ip)
         if carried is not None:  # ::ffff:7f00:1 says less than 127.0.0.1
-            return f"{name} (= {carried})"
+            shown = f"{ip} = {carried}" if parse_ip(name) is None else str(carried)
     if name == str(ip):
-        return str(ip)
+        return shown
     if parse_ip(name) is not None:
-        return f"{name} (= {ip})"
-    return f"{name} (resolves to {ip})"
+        return f"{name} (= {shown})"
+    return f"{name} (resolves to {shown})"
 
 
 def _normal_host(host: str) -> str:

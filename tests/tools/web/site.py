@@ -13,6 +13,7 @@ instruction (`/injected`) and an error (`/missing` → 404).
 from __future__ import annotations
 
 import asyncio
+import ssl
 import zlib
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -105,18 +106,22 @@ class Site:
     """The site on 127.0.0.1 (a port of its own); `log` holds every request's path."""
 
     log: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    """The Host header of each request."""
     _runner: web.AppRunner | None = None
     _release: asyncio.Event = field(default_factory=asyncio.Event)
     port: int = 0
 
+    scheme: str = "http"
+
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def url(self, path: str) -> str:
         return self.base + path
 
-    async def start(self, port: int = 0) -> Self:
+    async def start(self, port: int = 0, ssl_context: ssl.SSLContext | None = None) -> Self:
         app = web.Application(middlewares=[self._logged])
         app.router.add_get("/article", self._article)
         app.router.add_get("/hop/{n}", self._hop)
@@ -133,8 +138,9 @@ class Site:
         app.router.add_get("/", self._article)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=ssl_context).start()
         self._runner = runner
+        self.scheme = "https" if ssl_context is not None else "http"
         self.port = runner.addresses[0][1]
         return self
 
@@ -158,6 +164,7 @@ class Site:
     @web.middleware
     async def _logged(self, request: web.Request, handler: web.Handler) -> web.StreamResponse:
         self.log.append(request.path_qs)
+        self.hosts.append(request.host)
         return await handler(request)
 
     async def _article(self, request: web.Request) -> web.Response:
