@@ -134,6 +134,7 @@ class App:
     """`web_fetch` and `web_search` (`[web]`), with their HTTP clients."""
 
     async def open(self) -> Pipeline:
+        self.web_tools = web_tools(self.settings.web, os.environ, self.metrics)  # config first
         if self.provider is None:
             await import_provider()
             self.provider = make_provider(self.settings, self.secrets)
@@ -209,7 +210,6 @@ class App:
         self.scheduler = extras.scheduler
         sync_jobs_changed_elsewhere(self.store, coordination, self.scheduler)
         self.ops = extras.ops
-        self.web_tools = web_tools(self.settings.web, os.environ, self.metrics)
         tools = ToolRegistry(
             [
                 *core_tools(errors),

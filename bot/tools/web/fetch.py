@@ -185,4 +185,3 @@ def _outcome(refused: Refused) -> str:
 def _reason(exc: httpx2.HTTPError) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
-

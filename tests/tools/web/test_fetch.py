@@ -89,9 +89,7 @@ async def test_an_article_comes_back_as_markdown_without_its_boilerplate(tools, 
 
 async def test_a_redirect_chain_is_followed_and_said(tools, site):
     out = await tools.run(site.url("/hop/3"))
-    assert out.startswith(
-        f"URL: {site.url('/article')} (redirected from {site.url('/hop/3')})\n"
-    )
+    assert out.startswith(f"URL: {site.url('/article')} (redirected from {site.url('/hop/3')})\n")
     assert site.log == ["/hop/3", "/hop/2", "/hop/1", "/article"]
     assert "(from " in out.trace and "3 redirects" in out.trace
 
@@ -137,7 +135,7 @@ async def test_a_page_over_the_cap_is_cut_there_with_a_note(tools, site):
     cap = 2 * 1024 * 1024
     assert f"Content-Type: text/plain, {cap:,} bytes — only the first {cap:,} bytes" in out
     assert "cut at the size cap" in out.trace
-    assert BIG_BYTES > cap
+    assert cap < BIG_BYTES
     assert tools.count("too_large") == 1
 
 
@@ -227,9 +225,7 @@ async def test_tls_verifies_the_name_on_the_pinned_connection():
         await secure.start(ssl_context=server)
         names = Names("good.test", "evil.test")
         allow = (f"good.test:{secure.port}", f"evil.test:{secure.port}")
-        made = web_tools(
-            WebSettings(allow_hosts=allow), {}, resolver=names, ssl_context=client
-        )
+        made = web_tools(WebSettings(allow_hosts=allow), {}, resolver=names, ssl_context=client)
         try:
             good = await made.tools[0].run({"url": f"https://good.test:{secure.port}/article"}, CTX)
             with pytest.raises(ToolFailed) as evil:

@@ -52,7 +52,9 @@ def test_numeric_hosts_are_normalised_before_the_check(host: str, address: str |
     assert (str(parsed) if parsed is not None else None) == address
 
 
-@pytest.mark.parametrize("host", ["1.2.3.4.5", "256.0.0.1", "0x100.1", "1.0x1000000", "08.1", "[::g]"])
+@pytest.mark.parametrize(
+    "host", ["1.2.3.4.5", "256.0.0.1", "0x100.1", "1.0x1000000", "08.1", "[::g]"]
+)
 def test_a_host_that_looks_numeric_but_is_no_address_is_bad(host: str) -> None:
     with pytest.raises(BadURL):
         parse_ip(host)
