@@ -243,7 +243,7 @@ class Guard:
         allowed = (name, port) in self.allow
         if not allowed:
             if ip is not None and (rule := classify(ip)) is not None:
-                raise Refused(rule, f"{_shown(host, ip)} is a {_NAMES[rule]} address")
+                raise Refused(rule, f"{_shown(host, ip)} is {_NAMES[rule]} address")
             if port not in self.ports:
                 listed = ", ".join(str(p) for p in sorted(self.ports)) or "none"
                 raise Refused("port", f"port {port} is not fetched (allowed: {listed})")
@@ -271,19 +271,19 @@ class Guard:
         if not allowed:
             for address in found:
                 if (rule := classify(address)) is not None:
-                    raise Refused(rule, f"{_shown(name, address)} is a {_NAMES[rule]} address")
+                    raise Refused(rule, f"{_shown(name, address)} is {_NAMES[rule]} address")
         return found
 
 
 _NAMES: dict[str, str] = {
-    "loopback": "loopback",
-    "private": "private",
-    "link-local": "link-local",
-    "unique-local": "unique-local",
-    "shared": "shared (carrier-grade NAT)",
-    "multicast": "multicast",
-    "unspecified": "unspecified",
-    "reserved": "reserved (not public)",
+    "loopback": "a loopback",
+    "private": "a private",
+    "link-local": "a link-local",
+    "unique-local": "a unique-local",
+    "shared": "a shared (carrier-grade NAT)",
+    "multicast": "a multicast",
+    "unspecified": "an unspecified",
+    "reserved": "a reserved (not public)",
 }
 
 
