@@ -97,7 +97,7 @@ async def test_a_paused_turn_goes_back_with_its_search_blocks_as_they_came(
         answer(cited(" The census counted fourteen.", *reversed(SURVEY), "fourteen individuals")),
     )
     await app.pipeline.handle(message("how many otters?"))
-    first, second = fake_anthropic.requests
+    _, second = fake_anthropic.requests
     assert second.status == 200  # the fake accepts only a valid continuation
     sent_back = second.messages[-1]
     assert sent_back["role"] == "assistant"
@@ -114,7 +114,7 @@ async def test_a_paused_turn_goes_back_with_its_search_blocks_as_they_came(
 async def test_what_the_search_read_holds_a_later_schedule_for_confirmation(
     make_app, fake_anthropic
 ):
-    app, adapter, alice = await started(make_app)
+    app, _, alice = await started(make_app)
     fake_anthropic.script(
         answer(
             *search_blocks("release notes 4.2", [OTTERS]),
