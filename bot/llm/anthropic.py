@@ -1,6 +1,7 @@
 """The Anthropic Messages API behind the `Provider` protocol.
 
-This is the only module in the project that imports `anthropic`. It maps the
+This module (with `bot.llm.anthropic_search`, the server-side web search's
+blocks) is the only code in the project that imports `anthropic`. It maps the
 neutral types of `bot.llm.types` to API parameters (placing prompt-cache
 breakpoints), always streams (`client.messages.stream`), and turns every SDK
 failure into a `bot.errors.ProviderError` subclass built only from the status
@@ -31,18 +32,14 @@ import anthropic
 import httpx2
 from anthropic.types import (
     CacheControlEphemeralParam,
-    CitationWebSearchResultLocationParam,
     ContentBlockParam,
     ImageBlockParam,
     MessageParam,
-    ServerToolUseBlockParam,
     TextBlockParam,
     ToolParam,
     ToolResultBlockParam,
     ToolUnionParam,
     ToolUseBlockParam,
-    WebSearchTool20250305Param,
-    WebSearchToolResultBlockParam,
 )
 
 from bot.errors import (
@@ -54,11 +51,18 @@ from bot.errors import (
     ProviderRateLimited,
     ProviderUnavailable,
 )
+from bot.llm.anthropic_search import (
+    citation_params,
+    citations_of,
+    search_result,
+    search_tool_param,
+    server_result_param,
+    server_use_param,
+)
 from bot.llm.caching import breakpoints, is_blank
 from bot.llm.types import (
     Block,
     ChatMessage,
-    Citation,
     ImageBlock,
     LLMRequest,
     LLMResponse,
@@ -102,11 +106,6 @@ _CONTEXT_TOO_LONG = re.compile(
     re.IGNORECASE,
 )
 
-
-WEB_SEARCH_TOOL: Literal["web_search_20250305"] = "web_search_20250305"
-"""The server-side web search tool's version: the basic one, offered on every
-current model (web_search_20260209 adds dynamic filtering on some models,
-through the code execution tool)."""
 
 DEFAULT_POOL = 1000
 """HTTP connections to the API at most, when not given (the SDK's default)."""
@@ -307,13 +306,8 @@ def build_params(request: LLMRequest) -> ApiParams:
 
 
 def _tool_param(spec: ToolSpec, *, cache: bool) -> ToolUnionParam:
-    if spec.server is not None:  # kind "web_search", the one there is
-        search: WebSearchTool20250305Param = {"type": WEB_SEARCH_TOOL, "name": "web_search"}
-        if spec.server.max_uses is not None:
-            search["max_uses"] = spec.server.max_uses
-        if cache:
-            search["cache_control"] = _EPHEMERAL
-        return search
+    if spec.server is not None:  # the API's own web search
+        return search_tool_param(spec.server, cache=cache)
     tool: ToolParam = {
         "name": spec.name,
         "description": spec.description,
@@ -335,7 +329,7 @@ def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
     if isinstance(block, TextBlock):
         text: TextBlockParam = {"type": "text", "text": block.text}
         if block.citations:
-            text["citations"] = [_citation_param(c) for c in block.citations]
+            text["citations"] = citation_params(block.citations)
         if cache:
             text["cache_control"] = _EPHEMERAL
         return text
@@ -375,35 +369,10 @@ def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
             result["cache_control"] = _EPHEMERAL
         return result
     if isinstance(block, ServerToolUseBlock):
-        server_use: ServerToolUseBlockParam = {
-            "type": "server_tool_use",
-            "id": block.id,
-            "name": cast(Literal["web_search"], block.name),
-            "input": dict(block.input),
-        }
-        if cache:
-            server_use["cache_control"] = _EPHEMERAL
-        return server_use
-    if isinstance(block, ServerToolResultBlock):  # web_search_tool_result, the one there is
-        found: WebSearchToolResultBlockParam = {
-            "type": "web_search_tool_result",
-            "tool_use_id": block.tool_use_id,
-            "content": block.payload,
-        }
-        if cache:
-            found["cache_control"] = _EPHEMERAL
-        return found
+        return server_use_param(block, cache=cache)
+    if isinstance(block, ServerToolResultBlock):
+        return server_result_param(block, cache=cache)
     assert_never(block)
-
-
-def _citation_param(citation: Citation) -> CitationWebSearchResultLocationParam:
-    return {
-        "type": "web_search_result_location",
-        "url": citation.url,
-        "title": citation.title,
-        "cited_text": citation.cited_text,
-        "encrypted_index": citation.ref,
-    }
 
 
 # --- response mapping --------------------------------------------------------
@@ -413,12 +382,7 @@ def _to_response(message: anthropic.types.Message) -> LLMResponse:
     content: list[Block] = []
     for block in message.content:
         if block.type == "text":
-            cited = tuple(
-                Citation(c.url, c.title, c.cited_text, c.encrypted_index)
-                for c in block.citations or ()
-                if c.type == "web_search_result_location"
-            )
-            content.append(TextBlock(text=block.text, citations=cited))
+            content.append(TextBlock(text=block.text, citations=citations_of(block)))
         elif block.type == "tool_use":
             raw = block.input
             args: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
@@ -428,7 +392,7 @@ def _to_response(message: anthropic.types.Message) -> LLMResponse:
             server_args: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
             content.append(ServerToolUseBlock(id=block.id, name=block.name, input=server_args))
         elif block.type == "web_search_tool_result":
-            content.append(_search_result(block))
+            content.append(search_result(block))
         else:
             log.debug("ignoring %s content block from the API", block.type)
     usage = message.usage
@@ -443,16 +407,6 @@ def _to_response(message: anthropic.types.Message) -> LLMResponse:
         ),
         model=str(message.model),
     )
-
-
-def _search_result(block: anthropic.types.WebSearchToolResultBlock) -> ServerToolResultBlock:
-    """The block kept whole (sent back as it came), with what we may read of it."""
-    payload = block.model_dump(mode="json", exclude_none=True)["content"]
-    if isinstance(block.content, list):
-        hits = tuple((r.title, r.url) for r in block.content)
-        return ServerToolResultBlock(block.tool_use_id, "web_search", payload, hits)
-    error = str(block.content.error_code)
-    return ServerToolResultBlock(block.tool_use_id, "web_search", payload, error=error)
 
 
 # --- error mapping -----------------------------------------------------------
