@@ -7,7 +7,8 @@ Pages: an article with navigation, ads and scripts around its text
 anywhere (`/to?url=…`), an endless redirect loop (`/loop`), a page that never
 finishes answering (`/slow`), a 5 MB page (`/big`), a PDF (`/doc.pdf`), an
 image (`/image.png`), JSON (`/data.json`), a page carrying an injected
-instruction (`/injected`) and an error (`/missing` → 404).
+instruction (`/injected`), an error (`/missing` → 404), a page whose connection
+drops halfway (`/cut`) and a deflate bomb (`/gzip-bomb`).
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class Site:
         app.router.add_get("/data.json", self._json)
         app.router.add_get("/injected", self._injected)
         app.router.add_get("/missing", self._missing)
+        app.router.add_get("/cut", self._cut)
         app.router.add_get("/", self._article)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await runner.setup()
@@ -218,6 +220,16 @@ class Site:
 
     async def _injected(self, request: web.Request) -> web.Response:
         return web.Response(text=INJECTED, content_type="text/html", charset="utf-8")
+
+    async def _cut(self, request: web.Request) -> web.StreamResponse:
+        """Half a page, then the connection drops."""
+        response = web.StreamResponse(headers={"Content-Type": "text/html"})
+        response.content_length = 100_000
+        await response.prepare(request)
+        await response.write(b"<html><body><p>Half of a page that never ends")
+        assert request.transport is not None
+        request.transport.abort()
+        return response
 
     async def _missing(self, request: web.Request) -> web.Response:
         raise web.HTTPNotFound(text="no such page")

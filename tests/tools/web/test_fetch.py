@@ -4,6 +4,7 @@ again, the caps, TLS through the pinned connection, metrics and logs."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import AsyncIterator, Sequence
@@ -236,3 +237,30 @@ async def test_tls_verifies_the_name_on_the_pinned_connection():
     assert server_names[0] == "good.test"  # SNI: the name, though the socket went to an address
     assert "CERTIFICATE_VERIFY_FAILED" in str(evil.value) or "certificate" in str(evil.value)
     assert "evil.test" in server_names and secure.log == ["/article"]
+
+
+async def test_a_connection_cut_halfway_is_an_error(tools, site):
+    with pytest.raises(ToolFailed) as caught:
+        await tools.run(site.url("/cut"))
+    assert not isinstance(caught.value, Refused)
+    assert str(caught.value).startswith(f"could not fetch {site.url('/cut')} (")
+    assert tools.count("error") == 1
+
+
+async def test_a_server_that_does_not_speak_http_is_an_error():
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\x00\xff not http at all\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    made = web_tools(WebSettings(allow_hosts=(f"127.0.0.1:{port}",)), {})
+    try:
+        with pytest.raises(ToolFailed) as caught:
+            await made.tools[0].run({"url": f"http://127.0.0.1:{port}/"}, CTX)
+    finally:
+        await made.aclose()
+        server.close()
+        await server.wait_closed()
+    assert str(caught.value).startswith(f"could not fetch http://127.0.0.1:{port}/ (")

@@ -17,9 +17,10 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from bot.accounts.directory import Directory
+from bot.cli.trace import format_trace
 from bot.errors import ConfigError
 from bot.store.models import ScheduledJob, TraceSpan
-from bot.store.traces import recent_runs
+from bot.store.traces import load_trace, recent_runs
 from bot.types import Role
 from tests.fakes.anthropic import text_reply, tool_call, tool_use_reply
 from tests.fakes.search import BRAVE_KEY, RESULTS, FakeSearch
@@ -90,6 +91,10 @@ async def test_a_fetched_article_reaches_the_reply_without_its_boilerplate(
     assert span.detail.startswith(f"GET {site.url('/article')} → 200 text/html, ")
     assert span.detail.endswith(" bytes")
     assert web_count(app, "web_fetch", "ok") == 1
+    (line,) = await recent_runs(app.store, 1)
+    trace = await load_trace(app.store, line.run.id)
+    assert trace is not None
+    assert f"ok  GET {site.url('/article')} → 200 text/html, " in format_trace(trace)
 
 
 async def test_a_refused_fetch_is_a_tool_error_naming_the_rule(make_app, fake_anthropic, site):
@@ -223,3 +228,30 @@ async def test_brave_without_its_key_is_a_config_error(make_app, monkeypatch):
     with pytest.raises(ConfigError) as caught:
         await make_app(web={"search": {"backend": "brave"}})
     assert str(caught.value).startswith("web.search.api_key_env: BRAVE_SEARCH_API_KEY is not set")
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("/slow", "refused (rule=timeout): no complete answer within 1 s"),
+        ("/cut", "could not fetch "),
+        ("/image.png", "refused (rule=content_type): image/png is not read"),
+    ],
+)
+async def test_a_failed_fetch_is_not_retried_and_the_run_still_answers(
+    make_app, fake_anthropic, site, path, said
+):
+    app = await make_app(web=web(site, timeout_seconds=1))
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    await as_user(app)
+    fake_anthropic.script(
+        tool_use_reply(tool_call("web_fetch", {"url": site.url(path)})),
+        text_reply("That page did not load."),
+    )
+    outcome = await app.pipeline.handle(message("read that page"))
+    (result,) = tool_results(fake_anthropic.last_request)
+    assert result["is_error"] is True
+    assert result["content"].startswith(f"Tool 'web_fetch' failed: {said}")
+    assert site.log == [path]  # one request: a refusal or a failed fetch is not retried
+    assert outcome.status == "answered" and adapter.texts == ["That page did not load."]
