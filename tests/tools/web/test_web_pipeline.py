@@ -255,3 +255,24 @@ async def test_a_failed_fetch_is_not_retried_and_the_run_still_answers(
     assert result["content"].startswith(f"Tool 'web_fetch' failed: {said}")
     assert site.log == [path]  # one request: a refusal or a failed fetch is not retried
     assert outcome.status == "answered" and adapter.texts == ["That page did not load."]
+
+
+async def test_a_search_backend_that_fails_is_a_tool_error_and_the_run_answers(
+    make_app, fake_anthropic, search
+):
+    search.status = 502
+    app = await make_app(web={"search": {"backend": "searxng", "url": search.base}})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    await as_user(app)
+    fake_anthropic.script(
+        tool_use_reply(tool_call("web_search", {"query": "otters"})),
+        text_reply("Search is down right now."),
+    )
+    outcome = await app.pipeline.handle(message("search otters"))
+    (result,) = tool_results(fake_anthropic.last_request)
+    assert result["is_error"] is True
+    assert result["content"].startswith("Tool 'web_search' failed: SearXNG answered HTTP 502")
+    assert len(search.requests) == 1  # not retried
+    assert outcome.status == "answered" and adapter.texts == ["Search is down right now."]
+    assert web_count(app, "web_search", "error") == 1
