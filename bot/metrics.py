@@ -45,6 +45,8 @@ _TOKEN = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
 WAKEUP_OUTCOMES = ("answered", "silent", "refused", "failed", "delivery_failed", "missed")
+WEB_TOOLS = ("web_fetch", "web_search")
+WEB_OUTCOMES = ("ok", "refused", "timeout", "too_large", "error")
 
 
 MAX_CHILDREN = 4096
@@ -101,6 +103,12 @@ class Metrics:
         self.tool_calls = Counter(
             "switchboard_tool_calls",
             "Tool calls by tool and outcome (ok, error, held, unavailable)",
+            ["tool", "outcome"],
+            registry=r,
+        )
+        self.web_requests = Counter(
+            "switchboard_web_requests",
+            "Web fetches and searches by tool and outcome (ok, refused, timeout, too_large, error)",
             ["tool", "outcome"],
             registry=r,
         )
@@ -208,6 +216,10 @@ class Metrics:
         """`tool` as the model named it: a name not in `known` (the model's
         own text) is counted as "other"."""
         self.tool_calls.labels(label(tool, known), label(outcome)).inc()
+
+    def web_request(self, tool: str, outcome: str) -> None:
+        """One fetch or search (`WEB_TOOLS`), ended `outcome` (`WEB_OUTCOMES`)."""
+        self._child(self.web_requests, label(tool, WEB_TOOLS), label(outcome, WEB_OUTCOMES)).inc()
 
     def budget_refused(self) -> None:
         self.budget_refusals.inc()

@@ -88,10 +88,24 @@ class ToolContext:
     while it is not empty (`bot.tools.actions`)."""
 
 
+class Traced(str):
+    """A tool's result with a line for the call's span in the run's trace (what
+    was fetched and how much, say): `Tool.run` may return one instead of a
+    plain `str`; the model sees only the text."""
+
+    trace: str
+
+    def __new__(cls, text: str, trace: str) -> Traced:
+        made = super().__new__(cls, text)
+        made.trace = trace
+        return made
+
+
 @runtime_checkable
 class Tool(Protocol):
-    """A capability offered to the LLM. `run` returns text for the model, or
-    raises (any exception is reported through the error channel)."""
+    """A capability offered to the LLM. `run` returns text for the model (a
+    `Traced` to say more in the trace), or raises (any exception is reported
+    through the error channel)."""
 
     name: str
     description: str

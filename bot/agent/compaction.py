@@ -27,6 +27,8 @@ from bot.llm.types import (
     ChatMessage,
     ImageBlock,
     LLMRequest,
+    ServerToolResultBlock,
+    ServerToolUseBlock,
     SystemBlock,
     TextBlock,
     ToolResultBlock,
@@ -80,6 +82,12 @@ def transcript_lines(messages: Sequence[ChatMessage]) -> list[str]:
                 if len(args) > TOOL_INPUT_CHARS:
                     args = args[:TOOL_INPUT_CHARS] + "…"
                 lines.append(f"Assistant called tool {block.name} with {args}")
+            elif isinstance(block, ServerToolUseBlock):
+                query = " ".join(str(block.input.get("query", "")).split())[:TOOL_INPUT_CHARS]
+                lines.append(f"Assistant used {block.name} for {query!r}")
+            elif isinstance(block, ServerToolResultBlock):
+                found = ", ".join(f"{title} ({url})" for title, url in block.hits[:10])
+                lines.append(f"{block.name} found: {found or block.error or 'nothing'}")
             elif isinstance(block, ToolResultBlock):
                 label = "Tool error" if block.is_error else "Tool result"
                 content = soft_trimmed(block.content)

@@ -17,7 +17,7 @@ from bot.agent.untrusted import screen_tool_result
 from bot.errors import ToolFailed
 from bot.llm.types import ToolResultBlock, ToolUseBlock
 from bot.metrics import Metrics
-from bot.ports import Tool, ToolContext
+from bot.ports import Tool, ToolContext, Traced
 from bot.tools.actions import PendingActions, output_trusted
 from bot.tools.errors import ErrorChannel, summarize
 from bot.tools.results import ResultStore
@@ -73,9 +73,14 @@ class ToolExecutor:
         on_retry: OnRetry | None,
     ) -> ToolResultBlock:
         timer = Timer()
-        result, error = await self._run_one(call, tools, ctx, on_retry)
+        result, error, trace = await self._run_one(call, tools, ctx, on_retry)
         span = Span(
-            "tool", call.name, timer.started_at, timer.ms, is_error=result.is_error, detail=error
+            "tool",
+            call.name,
+            timer.started_at,
+            timer.ms,
+            is_error=result.is_error,
+            detail=error if error is not None else trace,
         )
         if self._metrics is not None:
             self._metrics.tool_called(call.name, tools.keys(), _outcome(result, error))
@@ -89,26 +94,30 @@ class ToolExecutor:
         tools: Mapping[str, Tool],
         ctx: ToolContext,
         on_retry: OnRetry | None,
-    ) -> tuple[ToolResultBlock, str | None]:
+    ) -> tuple[ToolResultBlock, str | None, str | None]:
+        """The result, the error's summary (or why it did not run) and the
+        tool's own line for the trace (`Traced`)."""
         tool = tools.get(call.name)
         if tool is None:
             text = f"Tool '{call.name}' is not available in this conversation."
-            return ToolResultBlock(call.id, text, True), NOT_AVAILABLE
+            return ToolResultBlock(call.id, text, True), NOT_AVAILABLE, None
         if self._actions is not None and self._actions.needs_confirmation(tool, ctx):
             held = await self._actions.hold(tool, call.input, ctx)
-            return ToolResultBlock(call.id, held), HELD
+            return ToolResultBlock(call.id, held), HELD, None
         last_exc: BaseException | None = None
         for attempt in range(1, self._attempts + 1):
             try:
                 async with asyncio.timeout(self._timeout):
-                    output = str(await tool.run(call.input, ctx))
+                    raw = await tool.run(call.input, ctx)
+                trace = raw.trace if isinstance(raw, Traced) else None
+                output = str(raw)
                 if self._results is not None:
                     output = await self._results.shrink(
                         output, tool_name=call.name, tool_use_id=call.id, ctx=ctx
                     )
                 if not output_trusted(tool):  # content from elsewhere: data, scanned
                     output = screen_tool_result(self._guard, output, ctx, call.name)
-                return ToolResultBlock(call.id, output), None
+                return ToolResultBlock(call.id, output), None, trace
             except asyncio.CancelledError:
                 raise
             except TimeoutError:
@@ -124,7 +133,7 @@ class ToolExecutor:
                     on_retry(call, attempt, summarize(last_exc))
         assert last_exc is not None
         message = await self._errors.report(call.name, call.input, last_exc, ctx)
-        return ToolResultBlock(call.id, message, True), summarize(last_exc)
+        return ToolResultBlock(call.id, message, True), summarize(last_exc), None
 
 
 def _outcome(result: ToolResultBlock, error: str | None) -> str:

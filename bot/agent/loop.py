@@ -42,6 +42,7 @@ from bot.agent.messages import (
     user,
     without_tools,
 )
+from bot.agent.server_tools import read_results, server_spans, sources_line
 from bot.agent.state import RunInput, RunSpec, RunState
 from bot.agent.traces import Span, Timer
 from bot.errors import ContextWindowExceeded, ProviderError
@@ -224,6 +225,9 @@ class _Run:
                 detail=response.stop_reason,
             )
         )
+        self.state.spans.extend(server_spans(response.content, timer.started_at))
+        if read_results(response.content):  # the provider's search: pages the model read
+            self.context.untrusted.add("tool_result")
         self.state.last_prompt_tokens = (
             usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
         )
@@ -389,6 +393,7 @@ class _Run:
     def _finish(self, response: LLMResponse, *, limit: bool = False) -> RunState:
         state, stop = self.state, response.stop_reason
         before = [m.text for m in self.paused]  # the resumed turn is one reply
+        sources = sources_line([*(b for m in self.paused for b in m.content), *response.content])
         paused = {id(m) for m in self.paused}
         state.messages[:] = [m for m in state.messages if id(m) not in paused]
         text = "".join([*before, *self.pieces, response.text])
@@ -414,6 +419,8 @@ class _Run:
             state.final_text = join(text, CONTEXT_NOTE)
         else:
             state.final_text = text
+        if sources and state.final_text:  # the pages the reply cites, as links
+            state.final_text = join(state.final_text, sources)
         return state
 
     def _limit_reached(self) -> RunState:

@@ -1,7 +1,9 @@
 """Spans: what each step of a run cost and how long it took.
 
-A run records one span per LLM call (model, tokens, stop reason, duration) and
-one per tool call (name, error flag, duration); internal turns triggered by a
+A run records one span per LLM call (model, tokens, stop reason, duration),
+one per tool call (name, error flag, duration; what the tool did when it says:
+`bot.ports.Traced`) and one per call of a tool the provider runs itself
+("server_tool": its web search's query and results); internal turns triggered by a
 run (memory flush, compaction) add theirs under the same run id. Spans are kept
 in the `RunState` while the run goes on and stored with the turn
 (`trace_spans`); `switchboard trace show RUN_ID` prints them.
@@ -19,7 +21,7 @@ from bot.store.models import TraceSpan
 from bot.store.rows import NewRow, new_row
 from bot.types import Usage, utcnow
 
-SpanKind = Literal["llm", "tool", "compaction", "memory_flush"]
+SpanKind = Literal["llm", "tool", "server_tool", "compaction", "memory_flush"]
 
 
 @dataclass(frozen=True, slots=True)

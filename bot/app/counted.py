@@ -1,5 +1,6 @@
 """A `Provider` that counts every call for `GET /metrics`: requests by model
-and outcome, tokens by kind and the estimated cost (`bot.llm.pricing`).
+and outcome, tokens by kind and the estimated cost (`bot.llm.pricing`), and
+the web searches the provider ran within a call.
 
 Wrapping the provider once (in `bot.app`) counts every LLM call the service
 makes — runs, summaries, memory flushes — without touching their code.
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from bot.config import Price
 from bot.errors import ProviderError
 from bot.llm.pricing import estimate_cost
-from bot.llm.types import LLMRequest, LLMResponse, TextCallback
+from bot.llm.types import LLMRequest, LLMResponse, ServerToolResultBlock, TextCallback
 from bot.metrics import Metrics
 from bot.ports import Provider
 
@@ -38,6 +39,9 @@ class CountedProvider:
             raise
         cost = estimate_cost(response.model or request.model, response.usage, self._prices)
         self._metrics.llm_call(request.model, "ok", response.usage, cost)
+        for block in response.content:  # searches the provider ran within the call
+            if isinstance(block, ServerToolResultBlock):
+                self._metrics.web_request(block.name, "error" if block.error else "ok")
         return response
 
     async def aclose(self) -> None:

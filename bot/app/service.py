@@ -66,6 +66,7 @@ from bot.tools.errors import ErrorChannel
 from bot.tools.memory import memory_tools
 from bot.tools.registry import ToolRegistry
 from bot.tools.results import GetToolResult, ResultStore
+from bot.tools.web import WebTools, web_tools
 from bot.types import utcnow
 from bot.web.admin import AdminDeps, admin_routes
 from bot.web.server import WebServer
@@ -129,8 +130,11 @@ class App:
     """Platforms being started: not ready until their adapter runs."""
     llm_gate: FairLimiter = field(init=False)
     """LLM calls in flight (`[llm] max_in_flight`), oldest message first."""
+    web_tools: WebTools = field(default_factory=WebTools, init=False)
+    """`web_fetch` and `web_search` (`[web]`), with their HTTP clients."""
 
     async def open(self) -> Pipeline:
+        self.web_tools = web_tools(self.settings.web, os.environ, self.metrics)  # config first
         if self.provider is None:
             await import_provider()
             self.provider = make_provider(self.settings, self.secrets)
@@ -212,6 +216,7 @@ class App:
                 GetToolResult(results),
                 *memory,
                 *extras.tools,
+                *self.web_tools.tools,
                 *self.extra_tools,
             ]
         )
@@ -391,6 +396,7 @@ class App:
             await self.web.stop()
         if self.provider is not None:
             await self.provider.aclose()
+        await self.web_tools.aclose()
         if hasattr(self, "store"):
             await self.store.dispose()
 

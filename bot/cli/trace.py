@@ -141,8 +141,10 @@ def format_trace(trace: Trace) -> str:
 def _span_line(span: TraceSpan, origin: datetime) -> str:
     offset = (span.started_at - origin).total_seconds()
     head = f"  +{offset:7.2f}s  {span.kind:<12} {span.name:<28} {span.duration_ms:>7,} ms"
-    if span.kind == "tool":
-        return head + (f"  ERROR {span.detail or ''}".rstrip() if span.is_error else "  ok")
+    if span.kind in ("tool", "server_tool"):  # the detail: an error, or what was fetched
+        if span.is_error:
+            return head + f"  ERROR {span.detail or ''}".rstrip()
+        return head + (f"  ok  {span.detail}" if span.detail else "  ok")
     tokens = (
         f"  in {span.input_tokens:,}  out {span.output_tokens:,}  "
         f"cache read {span.cache_read_tokens:,} write {span.cache_write_tokens:,}"

@@ -48,6 +48,7 @@ from bot.config.sections import (
     TelegramSettings,
     TokenAllowance,
 )
+from bot.config.web import WebSearchSettings, WebSettings
 from bot.errors import ConfigError
 
 __all__ = [  # the section models are re-exported: bot.config is their public path
@@ -81,6 +82,8 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "StreamingSettings",
     "TelegramSettings",
     "TokenAllowance",
+    "WebSearchSettings",
+    "WebSettings",
     "load_settings",
 ]
 
@@ -104,6 +107,7 @@ class Settings(Section):
     scheduler: SchedulerSettings = SchedulerSettings()
     inbox: InboxSettings = InboxSettings()
     streaming: StreamingSettings = StreamingSettings()
+    web: WebSettings = WebSettings()
 
     def require_mention(self, platform: str) -> bool:
         section = getattr(self, platform, None)

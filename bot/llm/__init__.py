@@ -1,2 +1,3 @@
 """LLM provider boundary: neutral request/response types live in `types`;
-`anthropic` is the only module that imports the SDK."""
+`anthropic` (with `anthropic_search`, its server-side web search's blocks)
+is the only code that imports the SDK."""

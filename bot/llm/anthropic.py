@@ -1,6 +1,7 @@
 """The Anthropic Messages API behind the `Provider` protocol.
 
-This is the only module in the project that imports `anthropic`. It maps the
+This module (with `bot.llm.anthropic_search`, the server-side web search's
+blocks) is the only code in the project that imports `anthropic`. It maps the
 neutral types of `bot.llm.types` to API parameters (placing prompt-cache
 breakpoints), always streams (`client.messages.stream`), and turns every SDK
 failure into a `bot.errors.ProviderError` subclass built only from the status
@@ -37,6 +38,7 @@ from anthropic.types import (
     TextBlockParam,
     ToolParam,
     ToolResultBlockParam,
+    ToolUnionParam,
     ToolUseBlockParam,
 )
 
@@ -49,6 +51,14 @@ from bot.errors import (
     ProviderRateLimited,
     ProviderUnavailable,
 )
+from bot.llm.anthropic_search import (
+    citation_params,
+    citations_of,
+    search_result,
+    search_tool_param,
+    server_result_param,
+    server_use_param,
+)
 from bot.llm.caching import breakpoints, is_blank
 from bot.llm.types import (
     Block,
@@ -56,9 +66,12 @@ from bot.llm.types import (
     ImageBlock,
     LLMRequest,
     LLMResponse,
+    ServerToolResultBlock,
+    ServerToolUseBlock,
     TextBlock,
     TextCallback,
     ToolResultBlock,
+    ToolSpec,
     ToolUseBlock,
 )
 from bot.types import Usage
@@ -239,7 +252,7 @@ class ApiParams:
 
     messages: list[MessageParam]
     system: list[TextBlockParam] = field(default_factory=list)
-    tools: list[ToolParam] = field(default_factory=list)
+    tools: list[ToolUnionParam] = field(default_factory=list)
     extra_body: dict[str, object] = field(default_factory=dict)
 
 
@@ -260,16 +273,9 @@ def build_params(request: LLMRequest) -> ApiParams:
     messages = [_clean(m) for m in request.messages]
     points = breakpoints(request, system_blocks, messages) if request.cache else set()
 
-    tools: list[ToolParam] = []
-    for i, spec in enumerate(request.tools):
-        tool: ToolParam = {
-            "name": spec.name,
-            "description": spec.description,
-            "input_schema": dict(spec.input_schema),
-        }
-        if ("tool", i, 0) in points:
-            tool["cache_control"] = _EPHEMERAL
-        tools.append(tool)
+    tools = [
+        _tool_param(spec, cache=("tool", i, 0) in points) for i, spec in enumerate(request.tools)
+    ]
 
     system: list[TextBlockParam] = []
     for i, block in enumerate(system_blocks):
@@ -299,6 +305,19 @@ def build_params(request: LLMRequest) -> ApiParams:
     return ApiParams(messages=api_messages, system=system, tools=tools, extra_body=extra_body)
 
 
+def _tool_param(spec: ToolSpec, *, cache: bool) -> ToolUnionParam:
+    if spec.server is not None:  # the API's own web search
+        return search_tool_param(spec.server, cache=cache)
+    tool: ToolParam = {
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": dict(spec.input_schema),
+    }
+    if cache:
+        tool["cache_control"] = _EPHEMERAL
+    return tool
+
+
 def _clean(message: ChatMessage) -> ChatMessage:
     kept = tuple(b for b in message.content if not is_blank(b))
     if not kept or len(kept) == len(message.content):
@@ -309,6 +328,8 @@ def _clean(message: ChatMessage) -> ChatMessage:
 def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
     if isinstance(block, TextBlock):
         text: TextBlockParam = {"type": "text", "text": block.text}
+        if block.citations:
+            text["citations"] = citation_params(block.citations)
         if cache:
             text["cache_control"] = _EPHEMERAL
         return text
@@ -347,6 +368,10 @@ def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
         if cache:
             result["cache_control"] = _EPHEMERAL
         return result
+    if isinstance(block, ServerToolUseBlock):
+        return server_use_param(block, cache=cache)
+    if isinstance(block, ServerToolResultBlock):
+        return server_result_param(block, cache=cache)
     assert_never(block)
 
 
@@ -357,11 +382,17 @@ def _to_response(message: anthropic.types.Message) -> LLMResponse:
     content: list[Block] = []
     for block in message.content:
         if block.type == "text":
-            content.append(TextBlock(text=block.text))
+            content.append(TextBlock(text=block.text, citations=citations_of(block)))
         elif block.type == "tool_use":
             raw = block.input
             args: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
             content.append(ToolUseBlock(id=block.id, name=block.name, input=args))
+        elif block.type == "server_tool_use":
+            raw = block.input
+            server_args: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+            content.append(ServerToolUseBlock(id=block.id, name=block.name, input=server_args))
+        elif block.type == "web_search_tool_result":
+            content.append(search_result(block))
         else:
             log.debug("ignoring %s content block from the API", block.type)
     usage = message.usage

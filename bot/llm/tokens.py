@@ -13,6 +13,8 @@ from bot.llm.types import (
     Block,
     ChatMessage,
     ImageBlock,
+    ServerToolResultBlock,
+    ServerToolUseBlock,
     SystemBlock,
     TextBlock,
     ToolSpec,
@@ -36,8 +38,11 @@ def block_tokens(block: Block) -> int:
         return text_tokens(block.text) + _TEXT_OVERHEAD // CHARS_PER_TOKEN
     if isinstance(block, ImageBlock):
         return IMAGE_TOKENS
-    if isinstance(block, ToolUseBlock):
+    if isinstance(block, ToolUseBlock | ServerToolUseBlock):
         payload = block.name + json.dumps(dict(block.input), ensure_ascii=False, default=str)
+        return text_tokens(payload) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
+    if isinstance(block, ServerToolResultBlock):  # the pages' content, as the API counts it
+        payload = json.dumps(block.payload, ensure_ascii=False, default=str)
         return text_tokens(payload) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
     return text_tokens(block.content) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
 

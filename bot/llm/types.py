@@ -16,8 +16,21 @@ TextCallback = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
+class Citation:
+    """Where a piece of the model's text comes from: a page its server-side
+    search found. `ref` is the provider's own reference to the passage
+    (Anthropic: `encrypted_index`), sent back as it came."""
+
+    url: str
+    title: str | None = None
+    cited_text: str = ""
+    ref: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class TextBlock:
     text: str
+    citations: tuple[Citation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +53,38 @@ class ToolResultBlock:
     is_error: bool = False
 
 
-Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock
+@dataclass(frozen=True, slots=True)
+class ServerToolUseBlock:
+    """A call the model made to a tool the provider runs itself (its web
+    search), inside one of its own calls: nothing for us to run."""
+
+    id: str
+    name: str
+    input: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerToolResultBlock:
+    """What a provider-run tool returned (search results). `payload` is the
+    provider's block content, opaque (encrypted page content), sent back as it
+    came so the conversation can go on; `hits` (title, url) and `error` are
+    what we may read of it."""
+
+    tool_use_id: str
+    name: str
+    payload: Any = field(repr=False)
+    hits: tuple[tuple[str, str], ...] = ()
+    error: str | None = None
+
+
+Block = (
+    TextBlock
+    | ImageBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ServerToolUseBlock
+    | ServerToolResultBlock
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +98,22 @@ class ChatMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerTool:
+    """A capability the provider runs itself, offered in place of a tool of
+    ours: "web_search" (the model searches the web within its call; its
+    results come back as `ServerToolResultBlock`s and its text with `Citation`s)."""
+
+    kind: Literal["web_search"]
+    max_uses: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ToolSpec:
     name: str
     description: str
     input_schema: Mapping[str, Any]
+    server: ServerTool | None = None
+    """Set: the provider's own tool of that kind, under `name`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from bot.errors import ConfigError
-from bot.llm.types import ToolSpec
+from bot.llm.types import ServerTool, ToolSpec
 from bot.ports import Tool
 from bot.types import Role
 
@@ -66,7 +66,8 @@ def tool_spec(tool: Tool) -> ToolSpec:
         spec = known[1]
         if spec.name is name and spec.description is description and spec.input_schema is schema:
             return spec
-    spec = ToolSpec(name, description, schema)
+    server: ServerTool | None = getattr(tool, "server", None)  # run by the provider
+    spec = ToolSpec(name, description, schema, server)
     if len(_SPECS) >= 1024:
         _SPECS.clear()
     _SPECS[id(tool)] = (tool, spec)  # (the tool kept alive: its id is not reused meanwhile)

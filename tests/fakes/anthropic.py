@@ -38,6 +38,9 @@ it, a prefix shorter than `cache_min_tokens` is never cached, and what lies betw
 hit and the last breakpoint is written. Tokens are estimated (JSON characters / 4).
 ``context_window=N`` rejects longer prompts with the API's "prompt is too long" error.
 A reply built with ``hold=threading.Event()`` is not answered until the event is set.
+The server-side web search (``server_tool_use``, ``web_search_tool_result``, citations on
+text) is scripted with the blocks of `tests.fakes.anthropic_search`, streamed and checked
+as the API does.
 
 Standalone: ``python -m tests.fakes.anthropic [--port N]`` serves until interrupted.
 """
@@ -59,6 +62,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from tests.fakes import anthropic_search
 from tests.fakes.prompt_cache import PromptCache
 
 log = logging.getLogger("tests.fakes.anthropic")
@@ -389,11 +393,16 @@ def validate_request(body: Mapping[str, Any], *, count_tokens: bool = False) -> 
     ):
         return f"system: {_BLANK_TEXT}"
     for i in range(len(messages)):
-        if problem := _validate_message(i, messages):
+        if problem := _validate_message(i, messages) or anthropic_search.message_problem(
+            i, messages[i]
+        ):
             return problem
     tools = _blocks(body.get("tools"))
     for i, tool in enumerate(tools):
-        if not tool.get("name") or not isinstance(tool.get("input_schema"), dict):
+        if tool.get("type") not in (None, "custom"):  # a server tool (web search)
+            if problem := anthropic_search.tool_problem(i, tool):
+                return problem
+        elif not tool.get("name") or not isinstance(tool.get("input_schema"), dict):
             return f"tools.{i}: name and input_schema are required"
     if not tools and any(_tool_ids(m, k) for m in messages for k in ("tool_use", "tool_result")):
         return "Requests which include `tool_use` or `tool_result` blocks must define tools."
@@ -830,6 +839,10 @@ class FakeAnthropic:
         """The SSE events of `reply`, in the real API's order; each has its name in "type"."""
         events = [_event("message_start", message=self._message(body, reply, usage, final=False))]
         for index, block in enumerate(reply.content):
+            if anthropic_search.is_server_block(block):  # web search, citations
+                events += anthropic_search.block_events(index, block, reply.chunk_size)
+                events.append(_event("content_block_stop", index=index))
+                continue
             if block.get("type") == "tool_use":
                 start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
                 pieces = ["", *_chunks(json.dumps(block.get("input", {})), reply.chunk_size)]
