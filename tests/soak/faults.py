@@ -115,7 +115,11 @@ def schedule(
     while at < seconds - 5.0:
         events.append(FaultEvent(at, "kill", rng.randrange(instances)))
         at += rng.uniform(30.0, 60.0)
-    events.append(FaultEvent(rng.uniform(0.3, 0.45) * seconds, "term", rng.randrange(instances)))
+    # The SIGTERM on another instance than the first kill's (which may still be
+    # restarting then), so that it happens.
+    first = events[0].target if events else 0
+    term = (first + 1) % instances
+    events.append(FaultEvent(rng.uniform(0.3, 0.45) * seconds, "term", term))
     if postgres:
         events.append(FaultEvent(rng.uniform(0.55, 0.75) * seconds, "db_cut", 0))
     return sorted(events, key=lambda e: e.at)

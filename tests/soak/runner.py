@@ -47,6 +47,8 @@ ALLOWANCES: dict[str, int | None] = {"guest": GUEST_ALLOWANCE, "user": 200_000}
 TELEGRAM_SECRET = "soak-webhook-secret"
 DRAIN_S = 90.0
 """At most this long for the system to finish its work once the faults stop."""
+START_TIMEOUT_S = 150.0
+"""A start of `switchboard run` took 25-90 s on a loaded 2-core machine."""
 STALLED_S = 30.0
 """The drain ends early when what it waits for has not changed for this long."""
 TAIL_S = 10.0
@@ -217,7 +219,8 @@ async def run_variant(variant: Variant) -> tuple[bool, dict[str, Any], str]:
                 (cwd / "config.toml").write_text(config)
                 port = free_port()
                 shard = (index, variant.instances) if variant.instances > 1 else None
-                services.append(Service(instance_env(port, shard), cwd, port))
+                env = instance_env(port, shard)
+                services.append(Service(env, cwd, port, start_timeout=START_TIMEOUT_S))
             await asyncio.gather(*(s.start() for s in services))
             telegram.webhook_targets = [f"{s.url}/telegram/webhook" for s in services]
             slack.chaos = chaos.for_platform("slack")
