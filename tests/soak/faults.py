@@ -63,6 +63,8 @@ MESSAGE_CALLS = {
 start-up calls, so that a restart is not refused)."""
 
 RESTART_TRIES = 5
+SETTLED_S = 10.0
+"""The SIGTERM waits until its instance has been serving this long."""
 TERM_GRACE_S = 60.0
 """A SIGTERMed instance still running after this is SIGKILLed (and counted)."""
 
@@ -136,6 +138,8 @@ class ProcessFaults:
     on_restart: Callable[[], None] | None = None
     _stopped: bool = False
     _busy: dict[int, asyncio.Lock] = field(default_factory=dict)
+    _serving_since: dict[int, float] = field(default_factory=dict)
+    """id(service) → loop.time() its last (re)start was healthy"""
 
     def stop(self) -> None:
         self._stopped = True
@@ -175,6 +179,11 @@ class ProcessFaults:
 
     async def _term(self, service: Service) -> str:
         loop = asyncio.get_running_loop()
+        # A SIGTERM just as /healthz answers ends a process still starting (its
+        # handlers are not installed yet: exit -15, no drain); that one is
+        # reported, but the SIGTERM meant here is the one of a serving process.
+        since = self._serving_since.get(id(service), 0.0)
+        await asyncio.sleep(max(0.0, since + SETTLED_S - loop.time()))
         await self._work_in_flight(1)
         in_flight = sum(self.model.in_flight.values())
         sent = loop.time()
@@ -183,6 +192,8 @@ class ProcessFaults:
         self.counts["sigterm"] += 1
         if code == -signal.SIGKILL:
             self.counts["sigterm_not_exited"] += 1
+        elif code == -signal.SIGTERM:  # killed by the signal itself: no drain, no hand-back
+            self.counts["sigterm_undrained"] += 1
         await self.restart(service)
         return f"{in_flight} model calls in flight, exited {code} after {took:.1f}s"
 
@@ -205,6 +216,7 @@ class ProcessFaults:
                 self.counts["restart_failed"] += 1
                 await asyncio.sleep(1.0)
                 continue
+            self._serving_since[id(service)] = asyncio.get_running_loop().time()
             if self.on_restart is not None:
                 self.on_restart()
             return
