@@ -7,7 +7,7 @@ ARGS   ?=
 JOBS   ?= auto
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: help install run chat test test-browser lint bench clean
+.PHONY: help install run chat test test-browser lint bench soak clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 		$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000 --database postgres; fi
 	$(BIN)/python -m tests.benchmarks.flow
 	$(BIN)/python -m tests.benchmarks.instructions
+
+soak: $(STAMP)  ## the real service under kills, database cuts and platform faults, checked message by message (SOAK_MINUTES, SOAK_SEED, SOAK_DATABASE=postgres|sqlite|both; not part of `make test`)
+	$(BIN)/python -m tests.soak
 
 clean:  ## remove .venv, the tool caches, __pycache__ dirs and build output
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -109,6 +109,8 @@ class Service:
     """What `python -m` runs (`bot run`, or another program speaking HTTP on `port`)."""
     logs: list[str] = field(default_factory=list)
     """stderr lines of every run, in order."""
+    start_timeout: float = START_TIMEOUT_S
+    """How long `start` waits for /healthz."""
     _reader: asyncio.Task[None] | None = None
 
     @property
@@ -136,7 +138,7 @@ class Service:
 
     async def _wait_healthy(self) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + START_TIMEOUT_S
+        deadline = loop.time() + self.start_timeout
         async with aiohttp.ClientSession() as http:
             while True:
                 if self.proc is not None and self.proc.returncode is not None:

@@ -326,6 +326,16 @@ class SlackAdapter:
         async def on_press(ack: AsyncAck, body: dict[str, Any]) -> None:
             await self._on_press(ack, body)
 
+        async def on_error(error: Exception) -> None:
+            # bolt answers 500 either way (Slack delivers the request again).
+            if isinstance(error, NotTaken):  # expected (shutting down, database down):
+                log.warning("slack.not_taken %s", error)  # no traceback at ERROR
+            else:
+                log.error(
+                    "slack.listener_failed %s: %s", type(error).__name__, error, exc_info=error
+                )
+
+        self.bolt.error(on_error)
         self.bolt.event("message")(on_event)
         self.bolt.event("app_mention")(on_event)
         self.bolt.event(re.compile(".*"))(ignore)  # acknowledge the rest: no redeliveries

@@ -48,6 +48,7 @@ from typing import Any, Self, TypeVar
 
 from aiohttp import web
 
+from tests.fakes.chaos import DROPPED, RETRY_AFTER_S, Chaos, hang
 from tests.fakes.discord_edits import delete_message, edit_message
 from tests.fakes.discord_gateway import Gateway
 from tests.fakes.discord_payloads import (
@@ -148,6 +149,9 @@ class FakeDiscord:
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.chaos: Chaos | None = None
+        """Fault injection (tests/fakes/chaos.py): asked with each REST call as
+        ``"POST /channels/{channel}/messages"`` (method and route)."""
 
     # -- server -------------------------------------------------------------
 
@@ -381,10 +385,29 @@ class FakeDiscord:
             response: web.StreamResponse = error(401, 0, "401: Unauthorized")
         elif path.startswith("/webhooks/") and request.match_info.get("token") in self._expired:
             response = error(401, 50027, "Invalid Webhook Token")
+        elif (injected := await self._chaos(request)) is not None:
+            response = injected
         else:
             response = await handler(request)
         await self._notify()
         return response
+
+    async def _chaos(self, request: web.Request) -> web.StreamResponse | None:
+        """The fault `chaos` injects into this REST call, if any (None: answer it)."""
+        if self.chaos is None:
+            return None
+        route = request.match_info.route.resource
+        name = route.canonical.removeprefix("/api/v10") if route is not None else request.path
+        fault = self.chaos(f"{request.method} {name}")
+        if fault is None:
+            return None
+        if fault.kind == "status":
+            if fault.code == 429:
+                return rate_limited(RETRY_AFTER_S, False)
+            return error(fault.code, 0, f"{fault.code}: Internal Server Error")
+        if not await hang(request, fault.seconds):
+            return web.Response(status=DROPPED)
+        return None
 
     async def _me(self, request: web.Request) -> web.Response:
         return json_response({**BOT_USER, "flags": 0, "mfa_enabled": False, "verified": True})

@@ -4,7 +4,9 @@ speaking Discord's gateway protocol, JSON encoding.
 HELLO (op 10) on connect; heartbeats (op 1) answered with HEARTBEAT_ACK (op 11);
 IDENTIFY (op 2) → READY and a GUILD_CREATE, or close 4004 for a wrong token and 4014
 for the privileged message content intent when the application does not have it;
-RESUME (op 6) → RESUMED. With `compress=zlib-stream` in the URL (discord.py asks for it)
+RESUME (op 6) → RESUMED. A session that identified with ``shard: [id, count]`` gets
+only its shard's events (a guild's by ``(guild_id >> 22) % count``, DMs on shard 0).
+With `compress=zlib-stream` in the URL (discord.py asks for it)
 every frame is a binary zlib stream chunk ending in Z_SYNC_FLUSH, as Discord sends it.
 """
 
@@ -34,6 +36,17 @@ class Session:
     acked_seq: int = -1
     """The highest sequence number a heartbeat from the client has acknowledged."""
     session_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    shard: tuple[int, int] | None = None
+    """(shard id, shard count) from IDENTIFY; None: an unsharded session."""
+
+    def receives(self, data: Mapping[str, Any]) -> bool:
+        """Whether Discord sends this event to the session: a sharded one gets a
+        guild's events when (guild_id >> 22) % count is its id, and DMs on shard 0."""
+        if self.shard is None:
+            return True
+        shard_id, count = self.shard
+        guild = data.get("guild_id") if isinstance(data, Mapping) else None
+        return (int(guild) >> 22) % count == shard_id if guild else shard_id == 0
 
     async def send(self, payload: Mapping[str, Any]) -> None:
         data = json.dumps(payload, separators=(",", ":"))
@@ -60,11 +73,13 @@ class Gateway:
         self.sessions: list[Session] = []
         self._url = url
         self._changed = changed
+        self._shards: dict[str, tuple[int, int]] = {}
+        """session id → shard, for a RESUME"""
 
     async def dispatch(self, event: str, data: Mapping[str, Any]) -> None:
         """Send a DISPATCH (op 0) to every identified session."""
         for session in self.sessions:
-            if session.identified:
+            if session.identified and session.receives(data):
                 session.seq += 1
                 await session.send({"op": 0, "t": event, "s": session.seq, "d": data})
 
@@ -110,6 +125,8 @@ class Gateway:
         elif op == 2:
             await self._identify(session, data or {})
         elif op == 6:
+            resumed = data.get("session_id") if isinstance(data, Mapping) else None
+            session.shard = self._shards.get(str(resumed))
             session.identified = True
             session.seq += 1
             await session.send({"op": 0, "t": "RESUMED", "s": session.seq, "d": {}})
@@ -123,6 +140,10 @@ class Gateway:
         if intents & MESSAGE_CONTENT_INTENT and not self.message_content_enabled:
             await session.ws.close(code=4014, message=b"Disallowed intent(s).")
             return
+        shard = data.get("shard")
+        if isinstance(shard, list) and len(shard) == 2:
+            session.shard = (int(shard[0]), int(shard[1]))
+            self._shards[session.session_id] = session.shard
         session.identified = True
         session.seq += 1
         ready = {

@@ -47,6 +47,7 @@ from typing import Any, Self
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.chaos import DROPPED, RETRY_AFTER_S, Chaos, hang
 from tests.fakes.slack_blocks import blocks_problem
 from tests.fakes.slack_stream import StreamMethods
 from tests.fakes.slack_stream import error as _error
@@ -131,6 +132,8 @@ class FakeSlack(StreamMethods):
     dropped: list[Call] = field(default_factory=list)
     """Held calls whose client went away before the hold was released: like a
     request that never reached Slack, nothing happened."""
+    chaos: Chaos | None = None
+    """Fault injection (tests/fakes/chaos.py): asked with each Web API method."""
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -286,6 +289,15 @@ class FakeSlack(StreamMethods):
         token = _bearer(request) or args.pop("token", None)
         call = Call(method, args, token)
         self.calls.append(call)
+        if self.chaos is not None and (fault := self.chaos(method)) is not None:
+            if fault.kind == "status":
+                await self._changed_now()
+                return _scripted(call, Failure(method, fault.code, retry_after=RETRY_AFTER_S))
+            if not await hang(request, fault.seconds):
+                call.status = DROPPED
+                self.dropped.append(call)
+                await self._changed_now()
+                return web.Response(status=DROPPED)
         if (hold := self._holds.get(method)) is not None and not hold.is_set():
             self.held.append(call)
             await self._changed_now()

@@ -40,6 +40,7 @@ from typing import Any, Self
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.chaos import DROPPED, RETRY_AFTER_S, Chaos, hang
 from tests.fakes.telegram_messages import MessageMethods
 from tests.fakes.telegram_wire import (
     ApiError,
@@ -62,6 +63,8 @@ TOKEN = "123456789:AAHfakeFAKEfake_fake-FAKEfakeFAKEfake1"
 BOT_ID = 123456789
 BOT_USERNAME = "switchboard_test_bot"
 CLOUD_FILE_LIMIT = 20 * 1024 * 1024
+WEBHOOK_TIMEOUT_S = 60.0
+"""A webhook delivery not answered within this is a failed attempt (retried)."""
 _COMMAND = re.compile(r"[a-z0-9_]{1,32}")
 _POLL_CONFLICT = (
     "Conflict: terminated by other getUpdates request; "
@@ -95,6 +98,12 @@ class FakeTelegram(MessageMethods):
         self.webhook: Webhook | None = None
         self.webhook_target: str | None = None
         """Where webhook deliveries really go (the URL given to setWebhook is public https)."""
+        self.webhook_targets: list[str] = []
+        """When set, deliveries go to these in turn instead (a load balancer in
+        front of several instances: each attempt to the next)."""
+        self._next_target = 0
+        self.chaos: Chaos | None = None
+        """Fault injection (tests/fakes/chaos.py): asked with each method's name."""
         self.commands: list[dict[str, str]] | None = None
         self._lock = threading.RLock()
         self._calls: list[Call] = []
@@ -282,6 +291,17 @@ class FakeTelegram(MessageMethods):
         scripted = self._scripted(method.lower(), params)
         if scripted is not None:
             return self._answer(call, scripted)
+        if self.chaos is not None and (fault := self.chaos(call.method)) is not None:
+            if fault.kind == "status":
+                injected = (
+                    flood(RETRY_AFTER_S)
+                    if fault.code == 429
+                    else ApiError(fault.code, "Internal Server Error")
+                )
+                return self._answer(call, injected)
+            if not await hang(request, fault.seconds):
+                call.status = DROPPED
+                return web.Response(status=DROPPED)
         try:
             result = await handler(params, call)
         except Refused as refused:
@@ -413,6 +433,9 @@ class FakeTelegram(MessageMethods):
             while True:
                 with self._lock:
                     hook, target = self.webhook, self.webhook_target
+                    if self.webhook_targets:
+                        target = self.webhook_targets[self._next_target % len(self.webhook_targets)]
+                        self._next_target += 1
                     update = self._updates[0] if self._updates else None
                 if hook is None or target is None or update is None:
                     await asyncio.sleep(0.01)
@@ -433,7 +456,8 @@ class FakeTelegram(MessageMethods):
             {"X-Telegram-Bot-Api-Secret-Token": hook.secret_token} if hook.secret_token else {}
         )
         try:
-            async with http.post(target, json=update, headers=headers) as response:
+            timeout = aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT_S)
+            async with http.post(target, json=update, headers=headers, timeout=timeout) as response:
                 return response.status
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, TimeoutError):
             return 0

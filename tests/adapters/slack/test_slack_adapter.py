@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from adapters.slack import SlackAdapter, create_adapter
 from bot.config import Secrets, Settings, SlackSettings
-from bot.errors import ConfigError, DeliveryFailed, StartupError
+from bot.errors import ConfigError, DeliveryFailed, ShuttingDown, StartupError
 from bot.ports import CommandInfo, Core
 from bot.types import IncomingMessage, Outcome, Reply, Target
 from bot.web.server import WebServer
@@ -129,6 +130,33 @@ async def test_events_are_acknowledged_before_the_agent_runs(started):
     assert (msg.text, msg.chat_type, deliver) == ("take your time", "direct", True)
     core.gate.set()
     await adapter.idle()
+
+
+@dataclass
+class ClosedCore(GateCore):
+    """A core that cannot store anything (shutting down, database down)."""
+
+    async def handle(
+        self,
+        msg: IncomingMessage,
+        *,
+        deliver: bool = True,
+        on_accepted: Callable[[], None] | None = None,
+    ) -> Outcome:
+        raise ShuttingDown("shutting down: not taking messages")
+
+
+async def test_an_event_not_stored_is_refused_for_a_retry_without_an_error_line(started, caplog):
+    """A message the core cannot store is answered 500 (Slack delivers it again):
+    an expected moment (a shutdown, a database restart), a warning, not an ERROR
+    line with bolt's traceback ("Failed to run listener function")."""
+    _, (web, _) = await started(ClosedCore())
+
+    status = await post_event(f"{web.url}/slack/events", dm("are you there?"))
+
+    assert status == 500
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert any(r.getMessage().startswith("slack.not_taken") for r in caplog.records)
 
 
 async def test_slash_commands_are_acknowledged_before_they_run(started, slack):
