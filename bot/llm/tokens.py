@@ -15,6 +15,7 @@ from bot.llm.types import (
     ImageBlock,
     SystemBlock,
     TextBlock,
+    ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
 )
@@ -39,7 +40,8 @@ def block_tokens(block: Block) -> int:
     if isinstance(block, ToolUseBlock):
         payload = block.name + json.dumps(dict(block.input), ensure_ascii=False, default=str)
         return text_tokens(payload) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
-    return text_tokens(block.content) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
+    images = IMAGE_TOKENS * len(block.images)
+    return text_tokens(block.content) + _TOOL_OVERHEAD // CHARS_PER_TOKEN + images
 
 
 def message_tokens(message: ChatMessage) -> int:
@@ -51,7 +53,7 @@ def message_tokens(message: ChatMessage) -> int:
     if known is not None and known[0] is message:
         return known[1]
     tokens = _MESSAGE_OVERHEAD // CHARS_PER_TOKEN + sum(block_tokens(b) for b in message.content)
-    if not any(isinstance(b, ImageBlock) for b in message.content):
+    if not any(_has_image(b) for b in message.content):
         if len(_MESSAGE_TOKENS) >= 4096:
             _MESSAGE_TOKENS.clear()
         _MESSAGE_TOKENS[id(message)] = (message, tokens)
@@ -59,6 +61,12 @@ def message_tokens(message: ChatMessage) -> int:
 
 
 _MESSAGE_TOKENS: dict[int, tuple[ChatMessage, int]] = {}
+
+
+def _has_image(block: Block) -> bool:
+    return isinstance(block, ImageBlock) or (
+        isinstance(block, ToolResultBlock) and bool(block.images)
+    )
 
 
 def messages_tokens(messages: Iterable[ChatMessage]) -> int:

@@ -38,9 +38,10 @@ from bot.pipeline.outbox import Outgoing
 from bot.pipeline.services import Services
 from bot.pipeline.trust import initial_taint, joined, prompts
 from bot.pipeline.turns import TurnRecord, TurnSaved
-from bot.ports import ToolContext
+from bot.ports import Tool, ToolContext
 from bot.tools.actions import output_trusted
 from bot.tools.registry import ToolRegistry, tool_spec
+from bot.tools.search import ToolSearch, offer
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind, Role
 
 log = logging.getLogger("switchboard.pipeline")
@@ -248,7 +249,10 @@ class Runner:
             run.persona,
             run.model,
         )
-        tools = tuple(s.tools.available(user.role, persona.tool_modules))
+        tools, search = offer(
+            s.tools.available(user.role, persona.tool_modules, persona.name),
+            s.settings.mcp.inline_max_tools,
+        )
         limits = agent.limits(model)
         memories: list[str] = []
         if agent.memory and agent.memory_recall and first.source == "user":
@@ -276,7 +280,7 @@ class Runner:
             )
         )
         taint = initial_taint(
-            first, (i.origin for i in inputs), history.history, user.id, memories, s.tools.get
+            first, (i.origin for i in inputs), history.history, user.id, memories, known(s.tools)
         )
         fixed = prompt_tokens(prompt.blocks, (), tuple(tool_spec(t) for t in tools))
         private, trusted = s.tools.derived(_tool_kinds)
@@ -325,6 +329,7 @@ class Runner:
             max_continuations=agent.max_continuations,
             inbox=inbox if first.source == "user" else None,
             meter=meter,
+            found=search.take_found if search is not None else None,
         )
 
     # -- after the loop -----------------------------------------------------
@@ -454,8 +459,19 @@ def _reply(msg: IncomingMessage, text: str, kind: ReplyKind, private: bool = Fal
 def _tool_kinds(tools: ToolRegistry) -> tuple[frozenset[str], frozenset[str]]:
     """Of every tool: the names of those whose results are private, and of
     those whose results are our own text (trusted)."""
-    every_tool = tools.available(Role.OWNER, None)
+    every_tool = [*tools.available(Role.OWNER, None), ToolSearch(())]
     return private_tools(every_tool), frozenset(t.name for t in every_tool if output_trusted(t))
+
+
+def known(tools: ToolRegistry) -> Callable[[str], Tool | None]:
+    """A tool by name, as a run's history may name it: the registry's, and
+    `tool_search` (made for each run that searches)."""
+    search = ToolSearch(())
+
+    def lookup(name: str) -> Tool | None:
+        return search if name == search.name else tools.get(name)
+
+    return lookup
 
 
 def _last_text(state: RunState) -> str:
