@@ -313,3 +313,47 @@ async def _wait_for(condition: Any) -> None:
     from tests.waiting import wait_until
 
     await wait_until(condition)
+
+
+async def test_200_tools_search_mode_finds_and_calls_one(make_app, fake_anthropic, tmp_path: Path):
+    log = tmp_path / "calls.jsonl"
+    server = stdio_config(log, "--tools", "200", tools=[f"tool_{i:03d}" for i in range(200)])
+    no_minimum = {"claude-sonnet-5-5": {"context_window": 200_000, "min_cache_tokens": 0}}
+    app, adapter = await mcp_app(make_app, server, agent={"models": no_minimum})
+    fake_anthropic.script(
+        tool_use_reply(tool_call("tool_search", {"query": "invoice customer variant 1"})),
+        tool_use_reply(tool_call("mcp__box__tool_001", {"query": "ACME"})),
+        text_reply("Invoiced ACME."),
+    )
+    await app.pipeline.handle(message("bill ACME"))
+    first, second, third = fake_anthropic.requests
+    fixed = tool_names(first)
+    assert not any(name.startswith("mcp__") for name in fixed)  # none inline
+    assert fixed[-1] == "tool_search"
+    (found,) = results(second)
+    listing = text_of(found)
+    assert listing.count("\n## mcp__box__") == 5  # at most five, with their schemas
+    assert "## mcp__box__tool_001\nCreate an invoice for a customer account" in listing
+    assert 'Input schema: {"properties": {"query": {"type": "string"}}' in listing
+    added = tool_names(second)[len(fixed) :]
+    assert tool_names(second)[: len(fixed)] == fixed and len(added) == 5
+    assert added[0] == "mcp__box__tool_001"
+    # The tools' cache breakpoint stays on the last fixed tool: what search added follows it.
+    assert f"tools.{len(fixed) - 1}" in first.cache_breakpoints
+    assert f"tools.{len(fixed) - 1}" in second.cache_breakpoints
+    assert not any(p.startswith(f"tools.{len(fixed)}") for p in second.cache_breakpoints)
+    assert second.tools[: len(fixed)] == first.tools
+    (answer,) = results(third)
+    assert "tool_001 answered ACME" in text_of(answer)
+    assert [c["tool"] for c in calls(log)] == ["tool_001"]
+    assert adapter.texts[-1] == "Invoiced ACME."
+    # Another conversation of the persona: the same fixed definitions, byte for byte;
+    # and a tool found in another run is not callable without a search.
+    fake_anthropic.script(
+        tool_use_reply(tool_call("mcp__box__tool_001", {"query": "x"})), text_reply("no")
+    )
+    await app.pipeline.handle(message("bill again", platform_channel_id="other"))
+    again = fake_anthropic.requests[-2]
+    assert json.dumps(again.tools) == json.dumps(first.tools)
+    assert "not available" in text_of(results(fake_anthropic.requests[-1])[0])
+    assert [c["tool"] for c in calls(log)] == ["tool_001"]
