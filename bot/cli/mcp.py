@@ -59,9 +59,7 @@ async def cmd_mcp_list(args: argparse.Namespace, settings: Settings, secrets: Se
         if result.state == "up":
             offered = plural(len(result.offered), "tool")
             print(f"{result.name} ({result.transport}): up, {offered} offered")
-            rows = [
-                [tool.name, tool.effect, _short(tool.description)] for tool in result.offered
-            ]
+            rows = [[tool.name, tool.effect, _short(tool.description)] for tool in result.offered]
             for line in columns(rows):
                 print(f"  {line}")
             for problem in result.left_out:
@@ -81,7 +79,7 @@ async def cmd_mcp_call(args: argparse.Namespace, settings: Settings, secrets: Se
     except json.JSONDecodeError as exc:
         raise CommandError(f"the arguments are not JSON: {exc}") from None
     if not isinstance(arguments, dict):
-        raise CommandError("the arguments must be a JSON object, e.g. '{\"title\": \"x\"}'")
+        raise CommandError('the arguments must be a JSON object, e.g. \'{"title": "x"}\'')
     try:
         output = await call(args.server, config, args.tool, arguments)
     except ToolFailed as exc:

@@ -123,6 +123,7 @@ class ServerLink:
         self._session: _Session | None = None
         self._warned = False
         """A WARNING said the server is down, and it has not been up since."""
+        self._secrets = _secrets(config, self._environ)
 
     @property
     def transport(self) -> str:
@@ -262,10 +263,11 @@ class ServerLink:
                     call.tool, call.args, read_timeout_seconds=call.timeout + 1.0
                 )
             except MCPError as exc:
-                _fail(call, ToolFailed(f"the MCP server {self.name} said: {exc.message}"))
+                said = self.redact(exc.message)
+                _fail(call, ToolFailed(f"the MCP server {self.name} said: {said}"))
                 self._after_error(exc)
             except Exception as exc:
-                failed = describe(exc)
+                failed = self.redact(describe(exc))
                 _fail(call, ToolFailed(f"the call to the MCP server {self.name} failed: {failed}"))
                 self._after_error(exc)
             else:
@@ -340,6 +342,7 @@ class ServerLink:
             )
 
     def _went_down(self, reason: str) -> None:
+        reason = self.redact(reason)
         self._up.clear()
         self.last_error = reason
         self._set_state("down")
@@ -349,11 +352,26 @@ class ServerLink:
         else:
             log.debug("mcp.still_down server=%s: %s", self.name, reason)
 
+    def redact(self, text: str) -> str:
+        """`text` without the values of the variables the server's config names
+        (an error may quote a URL or a header)."""
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
     def _set_state(self, state: State) -> None:
         if state != self.state:
             self.state = state
             self.changed_at = utcnow()
             self._on_state(self)
+
+
+def _secrets(config: McpServerSettings, environ: Mapping[str, str]) -> list[str]:
+    try:
+        found = config.resolved(environ).secrets
+    except ValueError:  # a variable not set: nothing of it to hide
+        return []
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 
 def _fail(call: _Call, error: BaseException) -> None:

@@ -27,8 +27,8 @@ def test_list_shows_each_server_up_or_down_and_what_it_offers(tmp_path: Path) ->
     result = run_cli(["mcp", "list"], env=config(tmp_path, log), api_key=None)
     assert result.returncode == 1, result.stderr  # a server is down
     lines = result.stdout.splitlines()
-    assert lines[0] == "box (stdio): up, 10 tools offered"
-    offered = [line.split()[0] for line in lines[1:11]]
+    assert lines[0] == "box (stdio): up, 11 tools offered"
+    offered = [line.split()[0] for line in lines[1:12]]
     assert "mcp__box__echo" in offered and "mcp__box__die" not in offered
     echo = next(line for line in lines if line.split()[0] == "mcp__box__echo")
     assert echo.split()[1] == "read" and echo.endswith("Echo the text back.")

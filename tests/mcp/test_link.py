@@ -165,3 +165,14 @@ async def test_closing_stops_the_server_process(tmp_path: Path) -> None:
     assert link.state == "stopped"
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_what_a_link_reports_names_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOX_TOKEN", "tok-0123456789")
+    config = settings(
+        {"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer ${BOX_TOKEN}"}}
+    )
+    link = ServerLink("box", config)
+    assert link.redact("refused Bearer tok-0123456789") == "refused Bearer [redacted]"
+    link._went_down("401 for tok-0123456789")
+    assert link.last_error == "401 for [redacted]"

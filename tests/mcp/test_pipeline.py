@@ -5,6 +5,7 @@ PostgreSQL. What the model was sent is checked in its requests."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from bot.store.actions import PendingAction
 from bot.store.models import TraceSpan
 from tests.fakes.anthropic import text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
-from tests.mcp_servers import calls, stdio_config
+from tests.mcp_servers import HttpToolbox, calls, stdio_config
 from tests.service_rig import free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,9 +56,20 @@ def text_of(result: dict[str, Any]) -> str:
     return "\n".join(b["text"] for b in content if b.get("type") == "text")
 
 
-async def test_a_calls_result_reaches_the_reply(make_app, fake_anthropic, tmp_path: Path):
+@pytest.fixture(params=["stdio", "http"])
+async def box(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """(server config, call log, the HTTP server or None): the toolbox over each transport."""
     log = tmp_path / "calls.jsonl"
-    app, adapter = await mcp_app(make_app, stdio_config(log))
+    if request.param == "stdio":
+        yield stdio_config(log), log, None
+        return
+    async with HttpToolbox(free_port(), log) as http:
+        yield http.config(), log, http
+
+
+async def test_a_calls_result_reaches_the_reply(make_app, fake_anthropic, box: Any):
+    server, log, _ = box
+    app, adapter = await mcp_app(make_app, server)
     fake_anthropic.script(tool_use_reply(tool_call("mcp__box__echo", {"text": "hello"})))
     outcome = await app.pipeline.handle(message("ask the box to echo hello"))
     assert outcome.status == "answered"
@@ -71,7 +83,7 @@ async def test_a_calls_result_reaches_the_reply(make_app, fake_anthropic, tmp_pa
         '<untrusted source="tool_result" tool="mcp__box__echo">\necho: hello\n</untrusted>'
     )
     assert "echo: hello" in adapter.texts[-1]  # the default fake answers with what it read
-    assert calls(log) == [{"tool": "echo", "args": {"text": "hello"}, "pid": calls(log)[0]["pid"]}]
+    assert [(c["tool"], c["args"]) for c in calls(log)] == [("echo", {"text": "hello"})]
     async with app.store.read() as session:
         spans = (await session.exec(select(TraceSpan).where(TraceSpan.kind == "tool"))).all()
     assert [(s.name, s.is_error) for s in spans] == [("mcp__box__echo", False)]
@@ -81,22 +93,25 @@ async def test_a_calls_result_reaches_the_reply(make_app, fake_anthropic, tmp_pa
     assert 'switchboard_mcp_call_seconds_count{server="box"} 1.0' in metrics
 
 
-async def test_a_server_killed_mid_call(make_app, fake_anthropic, tmp_path: Path):
-    log = tmp_path / "calls.jsonl"
-    app, adapter = await mcp_app(make_app, stdio_config(log))
+async def test_a_server_killed_mid_call(make_app, fake_anthropic, box: Any):
+    server, log, http = box
+    app, adapter = await mcp_app(make_app, server)
     fake_anthropic.script(tool_use_reply(tool_call("mcp__box__die")), text_reply("It broke."))
     outcome = await app.pipeline.handle(message("run die"))
     assert outcome.status == "answered" and adapter.texts[-1] == "It broke."  # the reply went out
     (result,) = results(fake_anthropic.requests[1])
+    told = text_of(result)
     assert result["is_error"] is True
-    assert "Tool 'mcp__box__die' failed: " in text_of(result) and "[Error ID: err_" in text_of(
-        result
-    )
+    assert "Tool 'mcp__box__die' failed: " in told and "[Error ID: err_" in told
+    if http is not None:  # an HTTP server comes back by itself (here: the test starts it)
+        await http.wait_exited()
+        await http.start()
     fake_anthropic.script(tool_use_reply(tool_call("mcp__box__echo", {"text": "back"})))
     await app.pipeline.handle(message("echo back"))  # the next call reconnects
     assert "echo: back" in adapter.texts[-1]
-    pids = {c["pid"] for c in calls(log)}
-    assert len(pids) == 2 and app.mcp is not None and app.mcp.links["box"].connects == 2
+    assert [c["tool"] for c in calls(log)] == ["die", "echo"]  # the failed call: not retried
+    assert len({c["pid"] for c in calls(log)}) == 2
+    assert app.mcp is not None and app.mcp.links["box"].connects == 2
     metrics = generate_latest(app.metrics.registry).decode()
     assert 'switchboard_mcp_calls_total{outcome="error",server="box"} 1.0' in metrics
 
@@ -134,6 +149,22 @@ async def test_an_is_error_result_goes_through_the_error_channel(
     (detail,) = results(fake_anthropic.requests[-1])
     assert "the tracker refused: project TEAM is archived" in text_of(detail)
     assert "is_error" not in detail
+
+
+async def test_a_large_result_is_stored_by_reference(make_app, fake_anthropic, tmp_path: Path):
+    app, _ = await mcp_app(make_app, stdio_config(tmp_path / "calls.jsonl"))
+    fake_anthropic.script(tool_use_reply(tool_call("mcp__box__big")))
+    await app.pipeline.handle(message("get the report"))
+    (result,) = results(fake_anthropic.requests[1])
+    preview = text_of(result)
+    assert "line 00000 of the report" in preview and "line 00799" not in preview
+    ref = preview.split("stored as ")[1].split(":")[0]
+    fake_anthropic.script(
+        tool_use_reply(tool_call("get_tool_result", {"ref": ref, "offset": 19_000}))
+    )
+    await app.pipeline.handle(message("and the end?"))
+    (page,) = results(fake_anthropic.requests[-1])
+    assert "line 00799 of the report" in text_of(page)
 
 
 async def test_list_changed_adds_a_tool(make_app, fake_anthropic, tmp_path: Path):
@@ -384,6 +415,6 @@ async def test_the_admin_overview_shows_the_servers(make_app, fake_anthropic, tm
     table = page.split('<table id="mcp-servers">')[1].split("</table>")[0]
     box, web = table.split("<tbody>")[1].split("</tr>")[:2]
     assert "<td>box</td><td>stdio</td>" in box and ">up</td>" in box
-    assert 'title="mcp__box__add_tool, mcp__box__babble' in box and ">11</td>" in box
+    assert 'title="mcp__box__add_tool, mcp__box__babble' in box and ">12</td>" in box
     assert "<td>web</td><td>http</td>" in web and ">down</td>" in web
     assert "connect" in web.lower()  # the last error

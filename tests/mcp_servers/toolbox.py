@@ -16,6 +16,7 @@ Its tools:
   argv, open file descriptors, session and process group
 - ``babble`` → writes a line that is not JSON-RPC to stdout, then answers
 - ``shout`` → writes 100 lines to stderr, then answers
+- ``big`` (readOnlyHint) → 20,000 characters of text
 - ``--tools N`` more: ``tool_000``… each about one of a few topics
 - ``--bad-schemas``: ``bad_schema`` (not valid JSON Schema) and ``huge_schema`` (> 8 KB)
 
@@ -99,6 +100,8 @@ class Toolbox:
                        input_schema=OBJECT, annotations=READ),
             types.Tool(name="babble", description="Garbage on stdout.", input_schema=OBJECT),
             types.Tool(name="shout", description="Noise on stderr.", input_schema=OBJECT),
+            types.Tool(name="big", description="A long report.", input_schema=OBJECT,
+                       annotations=READ),
             *(topic_tool(i) for i in range(extra)),
         ]  # fmt: skip
         if bad_schemas:
@@ -171,6 +174,8 @@ class Toolbox:
         if name == "babble":
             os.write(1, b"this is not JSON-RPC\n")
             return text("babbled")
+        if name == "big":
+            return text("".join(f"line {i:05d} of the report\n" for i in range(800)))
         if name == "shout":
             for i in range(100):
                 print(f"noise {i}", file=sys.stderr, flush=True)
