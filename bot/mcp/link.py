@@ -186,7 +186,7 @@ class ServerLink:
         except TimeoutError:
             if sent:
                 raise CallTimeout(
-                    f"timed out after {seconds:g} s (the call was cancelled at the MCP server)"
+                    f"timed out after {seconds:g} s (the call was cancelled)"
                 ) from None
             why = f" ({self.last_error})" if self.last_error else ""
             raise Unavailable(

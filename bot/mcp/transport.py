@@ -114,6 +114,7 @@ class StderrLog:
         self.writer = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
         self._reader = os.fdopen(read_fd, "rb", buffering=0)
         self._task: asyncio.Task[None] | None = None
+        self._pipe: asyncio.ReadTransport | None = None
         self._window = time.monotonic()
         self._logged = 0
         self._dropped = 0
@@ -121,7 +122,9 @@ class StderrLog:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         stream = asyncio.StreamReader()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), self._reader)
+        self._pipe, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream), self._reader
+        )
         self._task = asyncio.create_task(self._read(stream), name=f"mcp-stderr:{self.server}")
 
     def spawned(self) -> None:
@@ -135,8 +138,11 @@ class StderrLog:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self._task), 2.0)
             self._task.cancel()
-        with contextlib.suppress(OSError):
-            self._reader.close()
+        if self._pipe is not None:  # it closes the read end
+            self._pipe.close()
+        else:
+            with contextlib.suppress(OSError):
+                self._reader.close()
 
     async def _read(self, stream: asyncio.StreamReader) -> None:
         pending = b""

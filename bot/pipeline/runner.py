@@ -25,7 +25,7 @@ from bot.agent.history import HistoryPolicy, Viewer, build_history
 from bot.agent.prompt import PromptContext, build_system
 from bot.agent.sanitize import SILENT_TOKEN, is_silent, sanitize
 from bot.agent.state import ContextLimits, RunInput, RunSpec, RunState
-from bot.agent.untrusted import private_tools, screen_memories
+from bot.agent.untrusted import screen_memories
 from bot.conversations import ConversationRecord, ConversationState
 from bot.errors import BudgetExceeded, ProviderError
 from bot.llm.tokens import prompt_tokens
@@ -36,13 +36,12 @@ from bot.pipeline.live import LiveReply, open_live, settle
 from bot.pipeline.metering import RunMeter
 from bot.pipeline.outbox import Outgoing
 from bot.pipeline.services import Services
-from bot.pipeline.trust import initial_taint, joined, prompts
+from bot.pipeline.trust import initial_taint, joined, known_tools, prompts, tool_kinds
 from bot.pipeline.turns import TurnRecord, TurnSaved
-from bot.ports import Tool, ToolContext
-from bot.tools.actions import output_trusted
-from bot.tools.registry import ToolRegistry, tool_spec
-from bot.tools.search import ToolSearch, offer
-from bot.types import IncomingMessage, Outcome, Reply, ReplyKind, Role
+from bot.ports import ToolContext
+from bot.tools.registry import tool_spec
+from bot.tools.search import offer
+from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
 
@@ -280,10 +279,15 @@ class Runner:
             )
         )
         taint = initial_taint(
-            first, (i.origin for i in inputs), history.history, user.id, memories, known(s.tools)
+            first,
+            (i.origin for i in inputs),
+            history.history,
+            user.id,
+            memories,
+            known_tools(s.tools),
         )
         fixed = prompt_tokens(prompt.blocks, (), tuple(tool_spec(t) for t in tools))
-        private, trusted = s.tools.derived(_tool_kinds)
+        private, trusted = s.tools.derived(tool_kinds)
         viewer = Viewer(user.id, s.guard, conversation.key, private, trusted)
         policy = HistoryPolicy(
             turns=llm.history_turns,
@@ -454,24 +458,6 @@ class Runner:
 
 def _reply(msg: IncomingMessage, text: str, kind: ReplyKind, private: bool = False) -> Reply:
     return Reply(text, msg.target(as_reply=msg.chat_type == "group"), kind, private)
-
-
-def _tool_kinds(tools: ToolRegistry) -> tuple[frozenset[str], frozenset[str]]:
-    """Of every tool: the names of those whose results are private, and of
-    those whose results are our own text (trusted)."""
-    every_tool = [*tools.available(Role.OWNER, None), ToolSearch(())]
-    return private_tools(every_tool), frozenset(t.name for t in every_tool if output_trusted(t))
-
-
-def known(tools: ToolRegistry) -> Callable[[str], Tool | None]:
-    """A tool by name, as a run's history may name it: the registry's, and
-    `tool_search` (made for each run that searches)."""
-    search = ToolSearch(())
-
-    def lookup(name: str) -> Tool | None:
-        return search if name == search.name else tools.get(name)
-
-    return lookup
 
 
 def _last_text(state: RunState) -> str:
