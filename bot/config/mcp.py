@@ -6,7 +6,7 @@ names): no chat command, slash command or admin page adds or edits one. Each
 `cwd`) or connects to a streamable-HTTP one (`url`, `headers`), and says who
 gets its tools and how far they are trusted.
 
-A value of `env`, `headers`, `args` or `url` may name environment variables,
+A value of `command`, `args`, `env`, `url` or `headers` may name environment variables,
 ``${VAR}`` (or ``${VAR:-default}``), so secrets stay out of the files; they are
 checked when the settings load and expanded only when the server is started
 (`McpServerSettings.resolved`), and their values join the log redaction.
@@ -75,6 +75,16 @@ class McpServerSettings(Section):
 
     command: str | None = None
     """stdio: the program to start (looked up in PATH)."""
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: str | None) -> str | None:
+        if value is not None:
+            if not value.strip():
+                raise ValueError("is empty")
+            _check_references(value)
+        return value
+
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     """stdio: the server's environment beyond PATH, HOME, LANG and TMPDIR."""
@@ -146,15 +156,6 @@ class McpServerSettings(Section):
     def has_transport(self) -> bool:
         return self.command is not None or self.url is not None
 
-    def references(self) -> list[tuple[str, str]]:
-        """(key, value) of every value that may name environment variables."""
-        found = [(f"args.{i}", v) for i, v in enumerate(self.args)]
-        found += [(f"env.{k}", v) for k, v in self.env.items()]
-        found += [(f"headers.{k}", v) for k, v in self.headers.items()]
-        if self.url is not None:
-            found.append(("url", self.url))
-        return found
-
     def resolved(self, environ: Mapping[str, str] | None = None) -> Resolved:
         env = os.environ if environ is None else environ
         secrets: list[str] = []
@@ -168,7 +169,7 @@ class McpServerSettings(Section):
             return out
 
         return Resolved(
-            command=self.command,
+            command=value(self.command) if self.command is not None else None,
             args=tuple(value(a) for a in self.args),
             env={k: value(v) for k, v in self.env.items()},
             url=value(self.url) if self.url is not None else None,

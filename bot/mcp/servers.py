@@ -21,8 +21,9 @@ from bot.ports import Tool
 
 log = logging.getLogger("switchboard.mcp")
 
-Publish = Callable[[str, Sequence[Tool]], object]
-"""Put a group's tools in place of what it had (`ToolRegistry.replace`)."""
+Publish = Callable[[str, Sequence[Tool]], Sequence[str]]
+"""Put a group's tools in place of what it had (`ToolRegistry.replace`);
+the names left out because another tool has them."""
 
 
 def group(server: str) -> str:
@@ -83,9 +84,6 @@ class McpServers:
             for name, link in self.links.items()
         ]
 
-    def tools(self, server: str) -> tuple[McpTool, ...]:
-        return self._offered.get(server, ())
-
     def _listed(self, link: ServerLink) -> None:
         config = link.config
 
@@ -101,7 +99,7 @@ class McpServers:
         before = [tool.name for tool in self._offered.get(link.name, ())]
         self._offered[link.name] = tools
         clashes = self._publish(group(link.name), tools)
-        if isinstance(clashes, list) and clashes:
+        if clashes:
             self._offered[link.name] = tuple(t for t in tools if t.name not in clashes)
         now = [tool.name for tool in self._offered[link.name]]
         if now != before:

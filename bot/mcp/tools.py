@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from mcp_types import CallToolResult
 from mcp_types import Tool as Listed
@@ -28,10 +28,8 @@ from bot.mcp.content import to_output
 from bot.mcp.link import CallTimeout
 from bot.mcp.metrics import McpMetrics
 from bot.mcp.names import schema_problem, tool_name
-from bot.ports import ToolContext, ToolOutput
+from bot.ports import Effect, ToolContext, ToolOutput
 from bot.types import Role
-
-Effect = Literal["read", "private_write", "external"]
 
 
 @dataclass(frozen=True, slots=True)
