@@ -99,6 +99,12 @@ class ToolFailed(BotError):
     """A tool could not do its job. The message is shown to the LLM."""
 
 
+class ToolReportedError(ToolFailed):
+    """The tool's own output said it failed (an MCP result flagged `isError`):
+    the message is text from elsewhere, so it reaches the LLM as data, like the
+    output of a tool whose output is not trusted."""
+
+
 class CommandError(BotError):
     """A slash command was used wrongly; the message is shown to the user."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from bot.llm.types import LLMRequest, LLMResponse, TextCallback
+from bot.llm.types import ImageBlock, LLMRequest, LLMResponse, TextCallback
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -88,24 +88,26 @@ class ToolContext:
     while it is not empty (`bot.tools.actions`)."""
 
 
-class Traced(str):
-    """A tool's result with a line for the call's span in the run's trace (what
-    was fetched and how much, say): `Tool.run` may return one instead of a
-    plain `str`; the model sees only the text."""
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool's result with more than text: images the model sees after the
+    text (an MCP tool's; the text names each image, since the stored history
+    keeps only the text), and a line for the call's span in the run's trace
+    (what was fetched and how much, say). The model sees `text`."""
 
-    trace: str
+    text: str
+    images: tuple[ImageBlock, ...] = ()
+    trace: str | None = None
 
-    def __new__(cls, text: str, trace: str) -> Traced:
-        made = super().__new__(cls, text)
-        made.trace = trace
-        return made
+    def __str__(self) -> str:
+        return self.text
 
 
 @runtime_checkable
 class Tool(Protocol):
-    """A capability offered to the LLM. `run` returns text for the model (a
-    `Traced` to say more in the trace), or raises (any exception is reported
-    through the error channel)."""
+    """A capability offered to the LLM. `run` returns text for the model (or a
+    `ToolOutput` with images or a line for the trace), or raises (any exception
+    is reported through the error channel)."""
 
     name: str
     description: str
@@ -115,9 +117,13 @@ class Tool(Protocol):
     # Optional attributes (read with `bot.tools.actions.effect_of` and friends):
     # effect: Effect = "external"; trusted_output: bool = False (True when the
     # result is text we generate, not content from elsewhere); and
-    # describe(args) -> str, one line for the confirmation prompt.
+    # describe(args) -> str, one line for the confirmation prompt;
+    # timeout_seconds: float, when the tool bounds its own calls (an MCP
+    # server's `timeout_seconds`); personas: the personas it is offered in;
+    # searchable: True when it may be offered through `tool_search` instead of
+    # inline (`bot.tools.search`).
 
-    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str: ...
+    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str | ToolOutput: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -221,3 +221,17 @@ def test_flow_prints_the_first_messages_after_a_start_with_and_without_the_warm_
             out, heading, rf"{side}\s+first\s+(\d+) ms, loop lag max (\d+) ms.*second\s+(\d+) ms"
         )
         assert int(found[1]) > 0 and int(found[3]) > 0
+
+
+def test_the_mcp_tools_figures_show_a_small_prompt_however_many_tools() -> None:
+    out = run_bench("tests.benchmarks.context", "--mcp-only")
+    rows = {
+        m[1].strip(): (int(m[2].replace(",", "")), int(m[4]))
+        for m in re.finditer(
+            r"^  (.+?)\s+([\d,]+)\s+([\d,]+)\s+\((\d+) tool definitions", out, re.M
+        )
+    }
+    none, ten = rows["0 MCP tools"], rows["10 MCP tools (inline)"]
+    searched, inline = rows["200 MCP tools (tool_search)"], rows["200 MCP tools forced inline"]
+    assert ten[1] == none[1] + 10 and searched[1] == none[1] + 1  # only tool_search added
+    assert none[0] < searched[0] < ten[0] < inline[0]

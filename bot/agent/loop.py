@@ -46,7 +46,7 @@ from bot.agent.server_tools import read_results, server_spans, sources_line
 from bot.agent.state import RunInput, RunSpec, RunState
 from bot.agent.traces import Span, Timer
 from bot.errors import ContextWindowExceeded, ProviderError
-from bot.llm.tokens import messages_tokens, prompt_tokens, text_tokens
+from bot.llm.tokens import messages_tokens, prompt_tokens, text_tokens, tool_tokens
 from bot.llm.types import (
     Block,
     ChatMessage,
@@ -109,6 +109,8 @@ class _Run:
         """the tools' context: its role follows the user's (`_role_changed`)"""
         self.tools = {tool.name: tool for tool in spec.tools}
         self.specs = tuple(tool_spec(tool) for tool in spec.tools)
+        self.fixed_specs = len(self.specs)
+        """the definitions every run of the persona sends; those found later follow"""
         self.history = list(spec.history)
         self._sized: tuple[list[ChatMessage], int] | None = None
         """`self.history` and its estimated tokens (`_history_tokens`)"""
@@ -183,6 +185,7 @@ class _Run:
             history_end=history_end,
             volatile=volatile,
             tool_choice=self._tool_choice(wrap_up),
+            cached_tools=self.fixed_specs,
         )
         if spec.meter is not None:  # reserve before the call; may shrink max_tokens
             allowed = await spec.meter.before_call(request)
@@ -275,6 +278,29 @@ class _Run:
             tool = self.tools.get(call.name)
             if tool is None or not output_trusted(tool):
                 self.context.untrusted.add("tool_result")
+        self._add_found()
+
+    def _add_found(self) -> None:
+        """Tools a search found become callable, their definitions sent after
+        the run's fixed ones (the cached prefix stays as it was)."""
+        if self.spec.found is None:
+            return
+        added = [
+            tool
+            for tool in self.spec.found()
+            if tool.name not in self.tools and self.context.role.at_least(tool.min_role)
+        ]
+        for tool in added:
+            self.tools[tool.name] = tool
+            definition = tool_spec(tool)
+            self.specs += (definition,)
+            self.fixed_tokens += tool_tokens(definition)
+        if added:
+            log.info(
+                "run.tools_found run=%s: %s",
+                self.context.run_id,
+                ", ".join(tool.name for tool in added),
+            )
 
     def _tool_choice(self, wrap_up: bool) -> Literal["none"] | None:
         """ "none" when the tools are defined but the model may not call any:

@@ -100,3 +100,6 @@ class RunSpec:
     """"memory_flush" for that internal turn's LLM calls."""
     meter: Meter | None = None
     """Reserves budget before each LLM call and settles it after (None: unmetered)."""
+    found: Callable[[], Sequence[Tool]] | None = None
+    """Tools a search made callable since the last ask (`tool_search`,
+    `bot.tools.search`): added to the run's tools after each tool step."""

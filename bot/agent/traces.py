@@ -2,7 +2,7 @@
 
 A run records one span per LLM call (model, tokens, stop reason, duration),
 one per tool call (name, error flag, duration; what the tool did when it says:
-`bot.ports.Traced`) and one per call of a tool the provider runs itself
+`bot.ports.ToolOutput.trace`) and one per call of a tool the provider runs itself
 ("server_tool": its web search's query and results); internal turns triggered by a
 run (memory flush, compaction) add theirs under the same run id. Spans are kept
 in the `RunState` while the run goes on and stored with the turn

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 
@@ -42,6 +43,8 @@ from bot.config import Secrets, Settings
 from bot.conversations import Conversations
 from bot.errors import ConfigError, StartupError
 from bot.llm.gate import FairLimiter, GatedProvider
+from bot.mcp.metrics import McpMetrics
+from bot.mcp.status import check_personas
 from bot.metrics import Metrics
 from bot.personas import sync_personas
 from bot.pipeline.compactor import Compactor
@@ -70,6 +73,9 @@ from bot.tools.web import WebTools, web_tools
 from bot.types import utcnow
 from bot.web.admin import AdminDeps, admin_routes
 from bot.web.server import WebServer
+
+if TYPE_CHECKING:
+    from bot.mcp.servers import McpServers
 
 log = logging.getLogger("switchboard.app")
 
@@ -132,6 +138,8 @@ class App:
     """LLM calls in flight (`[llm] max_in_flight`), oldest message first."""
     web_tools: WebTools = field(default_factory=WebTools, init=False)
     """`web_fetch` and `web_search` (`[web]`), with their HTTP clients."""
+    mcp: McpServers | None = field(default=None, init=False)
+    """The MCP servers whose tools the agent gets (`[mcp]`), connected in the background."""
 
     async def open(self) -> Pipeline:
         self.web_tools = web_tools(self.settings.web, os.environ, self.metrics)  # config first
@@ -220,6 +228,7 @@ class App:
                 *self.extra_tools,
             ]
         )
+        self.mcp = await self._mcp_servers(tools, personas.names())
         commands = Commands([], audit)
         control = RunControl(agent.max_concurrent)
         spec_list: list[CommandSpec] = core_commands(conversations, commands.specs)
@@ -299,6 +308,20 @@ class App:
         )
         return self.pipeline
 
+    async def _mcp_servers(self, tools: ToolRegistry, personas: Sequence[str]) -> McpServers | None:
+        """The `[mcp]` servers, connecting in the background (the service
+        starts and answers with a server down); their tools join `tools`. The
+        SDK is imported only when a server is configured, off the event loop."""
+        config = self.settings.mcp
+        check_personas(config, personas)
+        if not config.servers:
+            return None
+        module = await asyncio.to_thread(importlib.import_module, "bot.mcp.servers")
+        metrics = McpMetrics(self.metrics.registry, list(config.servers))
+        servers: McpServers = module.McpServers(config, tools.replace, metrics)
+        servers.start()
+        return servers
+
     def start_recovery(self, platforms: Sequence[str] | None = None) -> None:
         """Take over (now and every `[inbox] sweep_seconds`) what dead processes
         left for `platforms` (default: the attached adapters')."""
@@ -338,7 +361,8 @@ class App:
                 self.web.add_routes(adapter.routes())
         if self.secrets.admin_token is not None:  # the dashboard; else /admin is 404
             inbox = self.pipeline.s.inbox
-            deps = AdminDeps(self.store, self.ops, self.scheduler.jobs, inbox.backlog)
+            mcp = self.mcp.statuses if self.mcp is not None else None
+            deps = AdminDeps(self.store, self.ops, self.scheduler.jobs, inbox.backlog, mcp)
             token = self.secrets.admin_token.get_secret_value()
             self.web.add_routes(admin_routes(deps, token, trust_proxy=server.trust_proxy))
         await self.web.start()
@@ -368,7 +392,10 @@ class App:
             else:
                 adapters[platform] = "ok" if await is_ready(adapter) else "not connected"
         ready = database in ("ok", "busy") and all(v == "ok" for v in adapters.values())
-        return ready, {"database": database, "adapters": adapters}
+        detail: dict[str, object] = {"database": database, "adapters": adapters}
+        if self.mcp is not None:  # shown, never a reason to be unready
+            detail["mcp"] = {status.name: status.state for status in self.mcp.statuses()}
+        return ready, detail
 
     def attach(self, adapter: Adapter) -> None:
         self.metrics.serve_platform(adapter.platform)
@@ -394,6 +421,8 @@ class App:
                 log.exception("adapter.stop_failed platform=%s", adapter.platform)
         if self.web is not None:
             await self.web.stop()
+        if self.mcp is not None:
+            await self.mcp.close()
         if self.provider is not None:
             await self.provider.aclose()
         await self.web_tools.aclose()

@@ -1,4 +1,4 @@
-"""`switchboard run | chat | db … | trace … | personas … | admin … | jobs …`.
+"""`switchboard run | chat | db … | trace … | personas … | admin … | jobs … | mcp …`.
 
 One module per command group, each adding its subcommands with `register`.
 Exit status: 0 ok, 1 runtime failure, 2 bad configuration or usage, or a
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from bot import __version__
-from bot.cli import admin, chat, db, jobs, personas, run, trace
+from bot.cli import admin, chat, db, jobs, mcp, personas, run, trace
 from bot.cli.common import Command
 from bot.config import Secrets, load_settings
 from bot.errors import BotError, ConfigError, StartupError
@@ -26,7 +26,7 @@ from bot.logs import setup_logging
 
 log = logging.getLogger("switchboard.cli")
 
-GROUPS = (run, chat, db, trace, personas, admin, jobs)
+GROUPS = (run, chat, db, trace, personas, admin, jobs, mcp)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -73,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"switchboard: cannot open the log file: {exc}", file=sys.stderr)
         return 2
-    setup_logging(level, settings.logging.format, secrets.values(), stream=log_file)
+    hidden = [*secrets.values(), *settings.mcp.secret_values()]  # MCP servers' ${VAR}s too
+    setup_logging(level, settings.logging.format, hidden, stream=log_file)
     func: Command = args.func
     try:
         return asyncio.run(func(args, settings, secrets))

@@ -21,6 +21,7 @@ from pydantic import (
     ValidationError,
 )
 
+from bot.config.mcp import McpServerSettings, McpSettings
 from bot.config.sections import (
     DEFAULT_MODEL_LIMITS,
     DEFAULT_PRICES,
@@ -67,6 +68,8 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "InboxSettings",
     "LLMSettings",
     "LoggingSettings",
+    "McpServerSettings",
+    "McpSettings",
     "ModelLimits",
     "PersonaSettings",
     "Price",
@@ -108,6 +111,7 @@ class Settings(Section):
     inbox: InboxSettings = InboxSettings()
     streaming: StreamingSettings = StreamingSettings()
     web: WebSettings = WebSettings()
+    mcp: McpSettings = McpSettings()
 
     def require_mention(self, platform: str) -> bool:
         section = getattr(self, platform, None)

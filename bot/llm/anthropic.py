@@ -334,16 +334,7 @@ def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
             text["cache_control"] = _EPHEMERAL
         return text
     if isinstance(block, ImageBlock):
-        if block.media_type not in _IMAGE_MEDIA_TYPES:
-            raise ProviderBadRequest(f"unsupported image type for Anthropic: {block.media_type}")
-        image: ImageBlockParam = {
-            "type": "image",
-            "source": {
-                "type": "base64",
-                "media_type": cast(_ImageMediaType, block.media_type),
-                "data": block.data_b64,
-            },
-        }
+        image = _image_param(block)
         if cache:
             image["cache_control"] = _EPHEMERAL
         return image
@@ -363,6 +354,12 @@ def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
             "tool_use_id": block.tool_use_id,
             "content": block.content,
         }
+        if block.images:  # text first, then the tool's images
+            parts: list[TextBlockParam | ImageBlockParam] = []
+            if block.content.strip():
+                parts.append({"type": "text", "text": block.content})
+            parts += [_image_param(image) for image in block.images]
+            result["content"] = parts
         if block.is_error:
             result["is_error"] = True
         if cache:
@@ -373,6 +370,19 @@ def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
     if isinstance(block, ServerToolResultBlock):
         return server_result_param(block, cache=cache)
     assert_never(block)
+
+
+def _image_param(block: ImageBlock) -> ImageBlockParam:
+    if block.media_type not in _IMAGE_MEDIA_TYPES:
+        raise ProviderBadRequest(f"unsupported image type for Anthropic: {block.media_type}")
+    return {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": cast(_ImageMediaType, block.media_type),
+            "data": block.data_b64,
+        },
+    }
 
 
 # --- response mapping --------------------------------------------------------

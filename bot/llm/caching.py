@@ -2,7 +2,9 @@
 
 The API caches the prompt prefix (tools → system → messages) up to each block
 marked with ``cache_control``, at most four per request, and only prefixes of
-at least the model's minimum length.
+at least the model's minimum length. The tools' breakpoint goes on the last of
+the tools every run has (`LLMRequest.cached_tools`), never on one a run found
+with `tool_search`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def breakpoints(
 ) -> set[Point]:
     """The blocks that get ``cache_control``, as ("tool" | "system" | "message",
     index, block index) points. By priority: the last message's last block, the
-    stored history's last block (`history_end`), the last tool, the system blocks
+    stored history's last block (`history_end`), the last fixed tool, the system blocks
     marked `cache` (or the last one), latest first; none whose prefix is shorter
     than `cache_min_tokens`; at most four."""
     candidates: list[Point] = []
@@ -34,8 +36,9 @@ def breakpoints(
         block = last_cacheable(messages[: end + 1])
         if block is not None:
             candidates.append(("message", end, block))
-    if request.tools:
-        candidates.append(("tool", len(request.tools) - 1, 0))
+    fixed = len(request.tools) if request.cached_tools is None else request.cached_tools
+    if 0 < fixed <= len(request.tools):  # the run's own finds come after it
+        candidates.append(("tool", fixed - 1, 0))
     marked = [i for i, b in enumerate(system) if b.cache] or ([len(system) - 1] if system else [])
     candidates += [("system", i, 0) for i in reversed(marked)]
     if request.cache_min_tokens > 0:

@@ -17,6 +17,7 @@ from bot.llm.types import (
     ServerToolUseBlock,
     SystemBlock,
     TextBlock,
+    ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
 )
@@ -44,7 +45,8 @@ def block_tokens(block: Block) -> int:
     if isinstance(block, ServerToolResultBlock):  # the pages' content, as the API counts it
         payload = json.dumps(block.payload, ensure_ascii=False, default=str)
         return text_tokens(payload) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
-    return text_tokens(block.content) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
+    images = IMAGE_TOKENS * len(block.images)
+    return text_tokens(block.content) + _TOOL_OVERHEAD // CHARS_PER_TOKEN + images
 
 
 def message_tokens(message: ChatMessage) -> int:
@@ -56,7 +58,7 @@ def message_tokens(message: ChatMessage) -> int:
     if known is not None and known[0] is message:
         return known[1]
     tokens = _MESSAGE_OVERHEAD // CHARS_PER_TOKEN + sum(block_tokens(b) for b in message.content)
-    if not any(isinstance(b, ImageBlock) for b in message.content):
+    if not any(_has_image(b) for b in message.content):
         if len(_MESSAGE_TOKENS) >= 4096:
             _MESSAGE_TOKENS.clear()
         _MESSAGE_TOKENS[id(message)] = (message, tokens)
@@ -64,6 +66,12 @@ def message_tokens(message: ChatMessage) -> int:
 
 
 _MESSAGE_TOKENS: dict[int, tuple[ChatMessage, int]] = {}
+
+
+def _has_image(block: Block) -> bool:
+    return isinstance(block, ImageBlock) or (
+        isinstance(block, ToolResultBlock) and bool(block.images)
+    )
 
 
 def messages_tokens(messages: Iterable[ChatMessage]) -> int:

@@ -51,6 +51,10 @@ class ToolResultBlock:
     tool_use_id: str
     content: str
     is_error: bool = False
+    images: tuple[ImageBlock, ...] = ()
+    """Images the tool returned (an MCP tool's image content), after the text.
+    Seen by the model in the run that called the tool; the stored history
+    keeps a note of each instead (as for the images people send)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +149,10 @@ class LLMRequest:
     current time, recalled memories): it changes every turn and is never cached."""
     tool_choice: Literal["auto", "none"] | None = None
     """"none": tools stay defined (the history may use them) but cannot be called."""
+    cached_tools: int | None = None
+    """How many of `tools`, from the first, are the same in every run (the
+    cached prefix); those after them (found by `tool_search` during this run)
+    come after the tools' cache breakpoint. None: all of them."""
 
 
 StopReason = Literal[

@@ -25,7 +25,7 @@ from bot.agent.history import HistoryPolicy, Viewer, build_history
 from bot.agent.prompt import PromptContext, build_system
 from bot.agent.sanitize import SILENT_TOKEN, is_silent, sanitize
 from bot.agent.state import ContextLimits, RunInput, RunSpec, RunState
-from bot.agent.untrusted import private_tools, screen_memories
+from bot.agent.untrusted import screen_memories
 from bot.conversations import ConversationRecord, ConversationState
 from bot.errors import BudgetExceeded, ProviderError
 from bot.llm.tokens import prompt_tokens
@@ -36,12 +36,12 @@ from bot.pipeline.live import LiveReply, open_live, settle
 from bot.pipeline.metering import RunMeter
 from bot.pipeline.outbox import Outgoing
 from bot.pipeline.services import Services
-from bot.pipeline.trust import initial_taint, joined, prompts
+from bot.pipeline.trust import initial_taint, joined, known_tools, prompts, tool_kinds
 from bot.pipeline.turns import TurnRecord, TurnSaved
 from bot.ports import ToolContext
-from bot.tools.actions import output_trusted
-from bot.tools.registry import ToolRegistry, tool_spec
-from bot.types import IncomingMessage, Outcome, Reply, ReplyKind, Role
+from bot.tools.registry import tool_spec
+from bot.tools.search import offer
+from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
 
@@ -248,7 +248,10 @@ class Runner:
             run.persona,
             run.model,
         )
-        tools = tuple(s.tools.available(user.role, persona.tool_modules))
+        tools, search = offer(
+            s.tools.available(user.role, persona.tool_modules, persona.name),
+            s.settings.mcp.inline_max_tools,
+        )
         limits = agent.limits(model)
         memories: list[str] = []
         if agent.memory and agent.memory_recall and first.source == "user":
@@ -276,10 +279,15 @@ class Runner:
             )
         )
         taint = initial_taint(
-            first, (i.origin for i in inputs), history.history, user.id, memories, s.tools.get
+            first,
+            (i.origin for i in inputs),
+            history.history,
+            user.id,
+            memories,
+            known_tools(s.tools),
         )
         fixed = prompt_tokens(prompt.blocks, (), tuple(tool_spec(t) for t in tools))
-        private, trusted = s.tools.derived(_tool_kinds)
+        private, trusted = s.tools.derived(tool_kinds)
         viewer = Viewer(user.id, s.guard, conversation.key, private, trusted)
         policy = HistoryPolicy(
             turns=llm.history_turns,
@@ -325,6 +333,7 @@ class Runner:
             max_continuations=agent.max_continuations,
             inbox=inbox if first.source == "user" else None,
             meter=meter,
+            found=search.take_found if search is not None else None,
         )
 
     # -- after the loop -----------------------------------------------------
@@ -449,13 +458,6 @@ class Runner:
 
 def _reply(msg: IncomingMessage, text: str, kind: ReplyKind, private: bool = False) -> Reply:
     return Reply(text, msg.target(as_reply=msg.chat_type == "group"), kind, private)
-
-
-def _tool_kinds(tools: ToolRegistry) -> tuple[frozenset[str], frozenset[str]]:
-    """Of every tool: the names of those whose results are private, and of
-    those whose results are our own text (trusted)."""
-    every_tool = tools.available(Role.OWNER, None)
-    return private_tools(every_tool), frozenset(t.name for t in every_tool if output_trusted(t))
 
 
 def _last_text(state: RunState) -> str:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from bot.agent.untrusted import private_tools
 from bot.conversations import HistoryRow
 from bot.ports import Taint, Tool
 from bot.tools.actions import Held, output_trusted
-from bot.types import IncomingMessage, Reply
+from bot.tools.registry import ToolRegistry
+from bot.tools.search import ToolSearch
+from bot.types import IncomingMessage, Reply, Role
 
 
 def initial_taint(
@@ -53,3 +56,21 @@ def prompts(held: Sequence[Held], first: IncomingMessage) -> tuple[Reply, ...]:
     """One Confirm / Cancel prompt per held call, where the request came from."""
     target = first.target(as_reply=first.chat_type == "group")
     return tuple(Reply(h.prompt, target, "notice", buttons=h.buttons) for h in held)
+
+
+def tool_kinds(tools: ToolRegistry) -> tuple[frozenset[str], frozenset[str]]:
+    """Of every tool: the names of those whose results are private, and of
+    those whose results are our own text (trusted)."""
+    every_tool = [*tools.available(Role.OWNER, None), ToolSearch(())]
+    return private_tools(every_tool), frozenset(t.name for t in every_tool if output_trusted(t))
+
+
+def known_tools(tools: ToolRegistry) -> Callable[[str], Tool | None]:
+    """A tool by name, as a run's history may name it: the registry's, and
+    `tool_search` (made for each run that searches)."""
+    search = ToolSearch(())
+
+    def lookup(name: str) -> Tool | None:
+        return search if name == search.name else tools.get(name)
+
+    return lookup

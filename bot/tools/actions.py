@@ -54,6 +54,14 @@ def output_trusted(tool: Tool) -> bool:
     return bool(getattr(tool, "trusted_output", False))
 
 
+def note_held(tool: Tool) -> None:
+    """Tell a tool that counts its own calls (an MCP tool, per server) that one
+    was held for confirmation."""
+    held: Callable[[], None] | None = getattr(tool, "held", None)
+    if held is not None:
+        held()
+
+
 def describe_call(tool: Tool, args: Mapping[str, Any]) -> str:
     describe: Callable[[Mapping[str, Any]], str] | None = getattr(tool, "describe", None)
     if describe is not None:

@@ -14,7 +14,12 @@ characters / 4). Each turn: a question, a `search` tool call (results of
 - naive: every message ever sent, whole tool results, no compaction; shown with
   the same cache breakpoints, and priced as if nothing were cached.
 
-    python -m tests.benchmarks.context [--turns 200]
+Then the cost of MCP tools: the input tokens of a fresh "hi" with 0, 10 and
+200 MCP tools configured (the toolbox test server over stdio; up to `[mcp]
+inline_max_tools` = 20 sent inline, beyond that only `tool_search`), and 200
+forced inline for comparison.
+
+    python -m tests.benchmarks.context [--turns 200] [--mcp-only]
 """
 
 from __future__ import annotations
@@ -169,17 +174,86 @@ def report(turns: int, managed: Figures, naive: Figures) -> None:
     print(f"  naive sends {ratio:.1f}x the prompt tokens of managed over {turns} turns")
 
 
-async def main_async(turns: int) -> None:
-    managed = await run(turns, {}, history_turns=20)
-    naive = await run(turns, NAIVE, history_turns=10**6)
-    report(turns, managed, naive)
+async def fresh_hi(tools: int, inline_max: int = 20) -> tuple[int, int, int]:
+    """A first "hi" with `tools` MCP tools configured: the input tokens the
+    service recorded for the call (the fake's usage: JSON characters / 4), our
+    own estimate of the request (`bot.llm.tokens`), and how many tool
+    definitions were sent."""
+    from bot.llm.tokens import prompt_tokens
+    from bot.llm.types import ChatMessage, SystemBlock, TextBlock, ToolSpec
+    from tests.mcp_servers import stdio_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        async with FakeAnthropic(api_key=KEY) as fake:
+            fake.script("Hello!")
+            mcp: dict[str, Any] = {"inline_max_tools": inline_max, "servers": {}}
+            if tools:
+                allowed = [f"tool_{i:03d}" for i in range(tools)]
+                mcp["servers"]["box"] = stdio_config(
+                    None, "--tools", str(tools), tools=allowed, min_role="guest"
+                )
+            settings = Settings.model_validate(
+                {
+                    "database": {"url": f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"},
+                    "llm": {"base_url": fake.base_url},
+                    "budgets": {"guest": "unlimited"},
+                    "logging": {"level": "WARNING"},
+                    "mcp": mcp,
+                }
+            )
+            app = App(settings, Secrets(anthropic_api_key=KEY))  # type: ignore[arg-type]
+            await app.open()
+            app.attach(NullAdapter())
+            try:
+                if app.mcp is not None and not await app.mcp.links["box"].wait_up(60):
+                    raise SystemExit(
+                        f"the toolbox did not start: {app.mcp.links['box'].last_error}"
+                    )
+                msg = IncomingMessage(
+                    platform="bench", platform_user_id="alice", platform_channel_id="c", text="hi"
+                )
+                await app.pipeline.handle(msg)
+                async with app.store.read() as session:
+                    (log,) = (await session.exec(select(TokenLog))).all()
+            finally:
+                await app.close()
+            body = fake.last_request.body
+    estimate = prompt_tokens(
+        [SystemBlock(b["text"]) for b in body.get("system", [])],
+        [ChatMessage("user", (TextBlock(str(body["messages"])),))],
+        [ToolSpec(t["name"], t.get("description", ""), t["input_schema"]) for t in body["tools"]],
+    )
+    recorded = log.input_tokens + log.cache_read_tokens + log.cache_write_tokens
+    return recorded, estimate, len(body["tools"])
+
+
+async def mcp_report() -> None:
+    print('MCP tools: input tokens of a fresh "hi" (fake\'s count, JSON chars / 4; our estimate)')
+    rows = [
+        ("0 MCP tools", 0, 20),
+        ("10 MCP tools (inline)", 10, 20),
+        ("200 MCP tools (tool_search)", 200, 20),
+        ("200 MCP tools forced inline", 200, 1000),
+    ]
+    for label, tools, inline_max in rows:
+        counted, estimate, sent = await fresh_hi(tools, inline_max)
+        print(f"  {label:<34}{counted:>10,}{estimate:>10,}   ({sent} tool definitions sent)")
+
+
+async def main_async(turns: int, mcp_only: bool = False) -> None:
+    if not mcp_only:
+        managed = await run(turns, {}, history_turns=20)
+        naive = await run(turns, NAIVE, history_turns=10**6)
+        report(turns, managed, naive)
+    await mcp_report()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--mcp-only", action="store_true", help="only the MCP tools' figures")
     args = parser.parse_args()
-    asyncio.run(main_async(args.turns))
+    asyncio.run(main_async(args.turns, args.mcp_only))
 
 
 if __name__ == "__main__":

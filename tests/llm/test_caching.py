@@ -167,3 +167,14 @@ async def test_the_prefix_is_byte_stable_from_turn_to_turn(make_app, fake_anthro
         return out
 
     assert strip(sent_now)[: len(sent_then)] == strip(sent_then)
+
+
+def test_the_tools_breakpoint_stays_on_the_fixed_tools():
+    """Tools a run found (`tool_search`) come after the tools' breakpoint."""
+    found = ToolSpec("mcp__box__found", "found later", {"type": "object", "properties": {}})
+    request = LLMRequest(
+        model="m", messages=(user("q"),), tools=(*TOOLS, found), cached_tools=len(TOOLS)
+    )
+    assert cache_breakpoints(body(request)) == ["tools.0", "messages.0.content.0"]
+    everything = LLMRequest(model="m", messages=(user("q"),), tools=(*TOOLS, found))
+    assert cache_breakpoints(body(everything)) == ["tools.1", "messages.0.content.0"]

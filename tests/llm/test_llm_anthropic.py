@@ -638,3 +638,29 @@ def test_the_stream_snapshot_type_stays_cached_across_garbage_collections() -> N
     assert provider._STREAM_SNAPSHOT_TYPE is not None
     gc.collect()
     assert ParsedMessage[ResponseFormatT] is provider._STREAM_SNAPSHOT_TYPE
+
+
+def test_a_tool_result_with_images() -> None:
+    image = ImageBlock("image/png", "iVBORw0KGgo=")
+    request = LLMRequest(
+        model="m",
+        messages=(
+            ChatMessage("user", (TextBlock("show me"),)),
+            ChatMessage("assistant", (ToolUseBlock("t1", "picture", {}),)),
+            ChatMessage("user", (ToolResultBlock("t1", "[Image 1: image/png]", images=(image,)),)),
+        ),
+        tools=(ToolSpec("picture", "a picture", {"type": "object", "properties": {}}),),
+        cache=False,
+    )
+    (result,) = build_params(request).messages[-1]["content"]
+    assert result == {  # type: ignore[comparison-overlap]
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": [
+            {"type": "text", "text": "[Image 1: image/png]"},
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+            },
+        ],
+    }

@@ -49,3 +49,26 @@ def test_a_tools_definition_is_the_same_object_until_the_tool_changes() -> None:
     changed = tool_spec(tool)
     assert changed is not first and changed.description == "Another text."
     assert tool_spec(ProbeTool("a")) is not changed  # another tool of the same name
+
+
+def test_groups_are_replaced_whole_and_ordered_by_name() -> None:
+    registry = ToolRegistry([ProbeTool("core")])
+    registry.replace("mcp:zeta", [ProbeTool("z1")])
+    registry.replace("mcp:alpha", [ProbeTool("a2"), ProbeTool("a1")])
+    assert [t.name for t in registry.available(Role.USER, None)] == ["core", "a2", "a1", "z1"]
+    registry.replace("mcp:alpha", [ProbeTool("a3")])  # a new list replaces the old
+    assert [t.name for t in registry.available(Role.USER, None)] == ["core", "a3", "z1"]
+    assert registry.get("a1") is None and registry.get("a3") is not None
+    assert registry.replace("mcp:zeta", [ProbeTool("core"), ProbeTool("z2")]) == ["core"]
+    assert [t.name for t in registry.available(Role.USER, None)] == ["core", "a3", "z2"]
+    registry.replace("mcp:zeta", [])
+    assert [t.name for t in registry.available(Role.USER, None)] == ["core", "a3"]
+
+
+def test_a_tool_offered_in_some_personas_only() -> None:
+    only_sales = ProbeTool("quote")
+    only_sales.personas = ("sales",)  # type: ignore[attr-defined]
+    registry = ToolRegistry([ProbeTool("core"), only_sales])
+    assert [t.name for t in registry.available(Role.USER, None, "default")] == ["core"]
+    assert [t.name for t in registry.available(Role.USER, None, "sales")] == ["core", "quote"]
+    assert len(registry.available(Role.USER, None)) == 2  # no persona given: all

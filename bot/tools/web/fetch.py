@@ -25,7 +25,7 @@ import httpx2
 from bot.config import WebSettings
 from bot.errors import ToolFailed
 from bot.metrics import Metrics
-from bot.ports import ToolContext, Traced
+from bot.ports import ToolContext, ToolOutput
 from bot.tools.web.client import Opened, WebClient
 from bot.tools.web.extract import Extracted, Kind, extract, kind_of
 from bot.tools.web.guard import Refused
@@ -69,7 +69,7 @@ class WebFetch:
     def describe(self, args: Mapping[str, Any]) -> str:
         return f"Fetch {str(args.get('url') or '')[:200]}"
 
-    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         url = str(args.get("url") or "").strip()
         if not url:
             raise ToolFailed("url is required")
@@ -99,7 +99,7 @@ class WebFetch:
         self._count(outcome)
         ms = round((time.perf_counter() - started) * 1000)
         log.debug("web.fetched run=%s %s (%d ms)", ctx.run_id, trace, ms)
-        return Traced(text, trace)
+        return ToolOutput(text, trace=trace)
 
     def _count(self, outcome: str) -> None:
         if self._metrics is not None:

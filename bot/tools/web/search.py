@@ -25,7 +25,7 @@ from bot.config import WebSearchSettings
 from bot.errors import ToolFailed
 from bot.llm.types import ServerTool
 from bot.metrics import Metrics
-from bot.ports import ToolContext, Traced
+from bot.ports import ToolContext, ToolOutput
 from bot.tools.web.guard import Refused
 from bot.types import Role
 
@@ -172,7 +172,7 @@ class WebSearch:
     def describe(self, args: Mapping[str, Any]) -> str:
         return f"Search the web for {str(args.get('query') or '')[:200]!r}"
 
-    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         query = " ".join(str(args.get("query") or "").split())
         if not query:
             raise ToolFailed("query is required")
@@ -201,7 +201,7 @@ class WebSearch:
             raise
         self._count("ok")
         trace = f'search "{query[:300]}" ({self._backend.name}) → {len(hits)} results'
-        return Traced(_listed(query, hits), trace)
+        return ToolOutput(_listed(query, hits), trace=trace)
 
     def _count(self, outcome: str) -> None:
         if self._metrics is not None:
@@ -232,7 +232,7 @@ class AnthropicSearch:
     module = "web"
 
     def __init__(self, settings: WebSearchSettings, min_role: Role) -> None:
-        self.server = ServerTool("web_search", max_uses=settings.max_uses)
+        self.provider_tool = ServerTool("web_search", max_uses=settings.max_uses)
         self.min_role = min_role
 
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:

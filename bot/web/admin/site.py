@@ -5,7 +5,7 @@ navigation and the form's CSRF token, 400/404 pages, reading a form)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +14,7 @@ from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.accounts.ops import Actor, AdminOps
+from bot.mcp.status import ServerStatus
 from bot.scheduling.jobs import Jobs
 from bot.store import Store
 from bot.types import Role
@@ -46,6 +47,8 @@ class AdminDeps:
     """Budgets, the directory, usage and the audit log, as the slash commands use them."""
     jobs: Jobs
     backlog: Backlog | None = None
+    mcp: Callable[[], Sequence[ServerStatus]] | None = None
+    """The MCP servers and their state (None: none configured)."""
 
 
 View = Callable[["Site", web.Request, Credential], Awaitable[web.StreamResponse]]

@@ -16,7 +16,7 @@ import trustme
 from bot.config import WebSettings
 from bot.errors import ToolFailed
 from bot.metrics import Metrics
-from bot.ports import ToolContext, Traced
+from bot.ports import ToolContext, ToolOutput
 from bot.tools.web import WebTools, web_tools
 from bot.tools.web.guard import Refused
 from bot.types import Role
@@ -45,15 +45,26 @@ async def target() -> AsyncIterator[Site]:
         yield running
 
 
+class Fetched(str):
+    """What web_fetch gave the model, with its trace line."""
+
+    trace: str
+
+    def __new__(cls, text: str, trace: str) -> Fetched:
+        made = super().__new__(cls, text)
+        made.trace = trace
+        return made
+
+
 class Tools:
     def __init__(self, made: WebTools, metrics: Metrics) -> None:
         self.made, self.metrics = made, metrics
         self.fetch = made.tools[0]
 
-    async def run(self, url: str, **args: Any) -> Traced:
+    async def run(self, url: str, **args: Any) -> Fetched:
         out = await self.fetch.run({"url": url, **args}, CTX)
-        assert isinstance(out, Traced)
-        return out
+        assert isinstance(out, ToolOutput) and out.trace is not None
+        return Fetched(out.text, out.trace)
 
     def count(self, outcome: str) -> float:
         value = self.metrics.registry.get_sample_value(
@@ -206,7 +217,7 @@ async def test_a_name_is_resolved_once_a_connection_and_the_request_names_the_ho
         out = await made.tools[0].run({"url": f"http://pinned.test:{site.port}/hop/2"}, CTX)
     finally:
         await made.aclose()
-    assert ARTICLE_MORE in out
+    assert ARTICLE_MORE in str(out)
     # One lookup per connection (a redirect's unread body closes its connection),
     # none between the check and the connection.
     assert names.lookups == ["pinned.test"] * len(site.log) == ["pinned.test"] * 3
@@ -233,7 +244,7 @@ async def test_tls_verifies_the_name_on_the_pinned_connection():
                 await made.tools[0].run({"url": f"https://evil.test:{secure.port}/article"}, CTX)
         finally:
             await made.aclose()
-    assert ARTICLE_MORE in good
+    assert ARTICLE_MORE in str(good)
     assert server_names[0] == "good.test"  # SNI: the name, though the socket went to an address
     assert "CERTIFICATE_VERIFY_FAILED" in str(evil.value) or "certificate" in str(evil.value)
     assert "evil.test" in server_names and secure.log == ["/article"]

@@ -1,5 +1,6 @@
 """The overview: messages and tokens per day (SVG charts), usage and cost this
-month with the top users, the inbox depth and recent delivery failures."""
+month with the top users, the inbox depth, recent delivery failures and the
+MCP servers with their state."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ async def overview(site: Site, request: web.Request, credential: Credential) -> 
     if deps.backlog is not None:
         pending, oldest = await deps.backlog()
         inbox = (pending, None if oldest is None else (now - oldest).total_seconds())
+    servers = list(deps.mcp()) if deps.mcp is not None else None
     labels = [f"{d.day:%m-%d}" for d in days]
     return site.render(
         request,
@@ -53,4 +55,5 @@ async def overview(site: Site, request: web.Request, credential: Credential) -> 
         top=top,
         failures=failures,
         inbox=inbox,
+        servers=servers,
     )
