@@ -384,17 +384,6 @@ class Budgets:
         elif kind == MISSED:
             self.releases.wake_all()
 
-    async def available(self, user_id: int, role: Role) -> int | None:
-        """Tokens the user may still spend now: the allowance less settled
-        usage and live holds (None: unlimited)."""
-        status = await self.status(user_id, role)
-        if status.limit is None:
-            return None
-        async with self._store.read() as session:
-            params = {"k_user": user_id, "k_now": utcnow()}
-            held = (await execute(session, holds.HELD, params)).scalar()
-        return max(status.limit - status.used - int(held or 0), 0)
-
     async def set_limit(self, user_id: int, mode: LimitMode, tokens: int | None = None) -> None:
         self.forget(user_id)
         async with self._store.write() as session:
