@@ -319,13 +319,9 @@ class Budgets:
             return Decision(None, 0, figures)
         # The user's other calls hold what is missing (or held it a moment
         # ago: a hold released since the INSERT looked): wait, then again.
-        until = {"k_user": user_id, "k_until": now + timedelta(seconds=self._wait_notice_s)}
+        until = {"k_user": user_id, "k_until": now + timedelta(seconds=holds.AWAITED_S)}
         await execute(session, holds.AWAITED, until)
         return Decision(None, 0, figures, wait=True)
-
-    _wait_notice_s = 600.0
-    """How long a waiting message asks settlements to tell other instances
-    (longer than it waits: a run's timeout, at most)."""
 
     async def settle(self, hold: Hold, tokens: int) -> Charge | None:
         """Release `hold` and charge what the call really used, in one

@@ -59,6 +59,9 @@ log = logging.getLogger("switchboard.budget")
 MIN_OUTPUT_TOKENS = 256
 """A call that cannot write at least this much is not worth making; also the
 output a call's estimate counts on."""
+AWAITED_S = 600.0
+"""How long after a message began to wait settlements tell the other
+instances (`Budget.awaited_until`): longer than it may wait."""
 WAIT_POLL_S = 1.0
 """How often a message waiting for the user's holds decides again, when no
 settlement woke it (another process's, SQLite; a lost notice; an expiry)."""

@@ -137,15 +137,16 @@ class Runner:
         with contextlib.nullcontext() if same else run_scope(run.id):
             if isinstance(budget, BudgetRefused):  # before any LLM call
                 return await self._refuse(run, batch, budget, deliver)
-            retries = iter(RETRY_AFTER_S)
+            retries, again = iter(RETRY_AFTER_S), False
             while True:
                 delay = next(retries, None)
-                result = await self._execute(run, batch, history, budget.limit, deliver, delay)
+                with run_scope(run.id) if again else contextlib.nullcontext():
+                    result = await self._execute(run, batch, history, budget.limit, deliver, delay)
                 if result is not None:
                     return result
                 assert delay is not None
                 await asyncio.sleep(delay)
-                run = dataclasses.replace(run, id=new_run_id())
+                run, again = dataclasses.replace(run, id=new_run_id()), True
                 log.info("run.again run=%s conversation=%s", run.id, conversation.key)
 
     async def _begin(
