@@ -35,9 +35,7 @@ def upgrade() -> None:
         sa.Column("user_id", sa.Integer(), nullable=False),
         sa.Column("run_id", sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),
         sa.Column("instance", sqlmodel.sql.sqltypes.AutoString(length=120), nullable=False),
-        sa.Column(
-            "conversation_key", sqlmodel.sql.sqltypes.AutoString(length=400), nullable=False
-        ),
+        sa.Column("conversation_key", sqlmodel.sql.sqltypes.AutoString(length=400), nullable=False),
         sa.Column("tokens", sa.BigInteger(), nullable=False),
         sa.Column("expires_at", bot.store.columns.UTCDateTime(timezone=True), nullable=False),
         sa.Column("created_at", bot.store.columns.UTCDateTime(timezone=True), nullable=False),
