@@ -11,18 +11,32 @@ import asyncio
 import logging
 import re
 import threading
+from datetime import timedelta
 
 import pytest
-from sqlmodel import select
+from sqlalchemy import update
+from sqlmodel import col, select
 
 from bot.accounts import holds
 from bot.accounts.budgets import Budgets
 from bot.accounts.holds import MIN_OUTPUT_TOKENS, Figures, HoldOwner, refusal_text
 from bot.accounts.identity import Identity, current_period
 from bot.config import BudgetSettings
+from bot.conversations import Conversations
+from bot.scheduling.jobs import Jobs
+from bot.scheduling.parse import parse_when
 from bot.store import Store
-from bot.store.models import Budget, BudgetHold, InboxItem, Message, OutboxItem, Run, TokenLog
-from bot.types import Role
+from bot.store.models import (
+    Budget,
+    BudgetHold,
+    InboxItem,
+    Message,
+    OutboxItem,
+    Run,
+    ScheduledJob,
+    TokenLog,
+)
+from bot.types import Role, utcnow
 from tests.conftest import Database
 from tests.fakes.anthropic import FakeUsage, text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
@@ -280,3 +294,34 @@ async def test_a_call_refused_mid_run_is_recorded_with_the_figures_it_was_decide
     assert (held, allowance) == (0, 10_000) and used + estimate > allowance
     assert budget.used + budget.overage == 6000 + logged and await live_holds(app.store) == []
     assert "tokens this month" in adapter.texts[-1]
+
+
+async def test_a_wakeup_taken_over_releases_its_dead_runs_holds(store: Store):
+    """A fire whose instance died mid-call (its lease ran out): the instance
+    claiming it again releases the holds of that run (the job's
+    conversation, on the dead instance) in the claim's transaction."""
+    msg = message("-", platform="slack", platform_user_id="U1", platform_channel_id="D1")
+    user = await Identity(store, ()).resolve(msg)
+    conversation = await Conversations(store).resolve(msg)
+    now = utcnow()
+    job = await Jobs(store).create(
+        owner_user_id=user.id,
+        conversation_id=conversation.id,
+        chat_type="direct",
+        prompt="Say good morning.",
+        spec=parse_when((now + timedelta(hours=1)).isoformat(), timezone="UTC", now=now),
+        now=now,
+    )
+    async with store.write() as session:  # its fire ran on "dead", whose lease ran out
+        await session.exec(
+            update(ScheduledJob)
+            .where(col(ScheduledJob.id) == job.id)
+            .values(running_since=now, lease_owner="dead", lease_expires_at=now)
+        )
+    dead = Budgets(store, BudgetSettings(guest=5000), instance="dead")
+    for key in (conversation.key, "slack:D2:-"):  # its run's hold, and another run's
+        decided = await dead.reserve(user.id, Role.GUEST, HoldOwner("r", key), 500, 500)
+        assert decided.hold is not None
+    claim = await Jobs(store, "here").claim(job.id, utcnow(), timedelta(minutes=5))
+    assert claim is not None and claim.takeover
+    assert [h.conversation_key for h in await live_holds(store)] == ["slack:D2:-"]
