@@ -121,9 +121,9 @@ def fake_anthropic_thread() -> Iterator[FakeAnthropic]:
         yield fake
 
 
-def make_settings(database: Database, fake: FakeAnthropic, **sections: Any) -> Settings:
+def make_settings(database: Database, fake: FakeAnthropic, /, **sections: Any) -> Settings:
     data: dict[str, Any] = {
-        "database": database.settings_data(),
+        "database": {**database.settings_data(), **sections.pop("database", {})},
         "llm": {"base_url": fake.base_url, "max_retries": 0, **sections.pop("llm", {})},
     }
     data.update(sections)

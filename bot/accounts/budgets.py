@@ -1,16 +1,15 @@
 """Monthly token budgets.
 
-Every change is one atomic SQL statement (no read-modify-write), so concurrent
+Every charge is one atomic SQL statement (no read-modify-write), so concurrent
 runs never lose a charge: `used` climbs to the allowance and what a run spent
 beyond it is added to `overage`, so real consumption stays visible.
 
-Before each LLM call its estimate is reserved (`reserve`: one statement that
-fails when `used + reserved + estimate` would pass the allowance); after the
-call the reservation is settled to the real usage (`settle`). Concurrent calls
-of one user therefore cannot together spend past the allowance. A reservation
-whose process died is never settled: `reserved_until` (pushed forward by every
-reservation, past the longest a call can take) makes such leftovers count as
-0 once no call can still be holding them.
+Before each LLM call of a limited user its tokens are held (`reserve`), and
+after it the hold is released and what the call used charged (`settle`), so
+concurrent calls of one user cannot together spend past the allowance; the
+holds are rows of their own, owned by the run and this instance, and die with
+them (`bot.accounts.holds`). A message whose call does not fit only because of
+the user's other calls in flight waits for them (`wait_for_release`).
 
 Nothing can use up an unlimited budget, so `check` skips its read for a user
 whose limit (mode and tokens, with the role's allowance) is known to be
@@ -27,21 +26,32 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import BigInteger, ColumnElement, bindparam, case, select, update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from bot.accounts import holds
+from bot.accounts.holds import (
+    MIN_OUTPUT_TOKENS,
+    BudgetRefused,
+    Decision,
+    Figures,
+    Hold,
+    HoldOwner,
+    Releases,
+    period_end,
+)
 from bot.accounts.identity import AccountRead, UserRecord, current_period
 from bot.config import BudgetSettings
-from bot.errors import BudgetExceeded
 from bot.store import Store
-from bot.store.coordination import announce_account
+from bot.store.coordination import BUDGET, MISSED, announce_account, announce_released
 from bot.store.forgotten import Forgotten
 from bot.store.models import Budget
-from bot.store.rows import execute
+from bot.store.rows import Write, execute
+from bot.store.transient import retrying
 from bot.types import Role, utcnow
 
 log = logging.getLogger("switchboard.budget")
@@ -52,10 +62,7 @@ LIMIT_CACHE_TTL_S = 10.0
 CACHE_LIMIT = 10_000
 
 
-def period_end(period: str) -> datetime:
-    """The first instant of the month after `period` ("YYYY-MM"), UTC."""
-    year, month = (int(part) for part in period.split("-"))
-    return datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+__all__ = ["BudgetStatus", "Budgets", "Charge", "Hold", "LimitMode", "period_end"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,21 +98,22 @@ class Charge:
     overage: int
 
 
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """Tokens reserved for one LLM call."""
-
-    user_id: int
-    role: Role
-    tokens: int
-
-
 class Budgets:
-    def __init__(self, store: Store, defaults: BudgetSettings, hold_seconds: float = 900.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        defaults: BudgetSettings,
+        hold_seconds: float = 900.0,
+        instance: str = "",
+    ) -> None:
         self._store = store
         self._defaults = defaults
         self._hold = timedelta(seconds=hold_seconds)
-        """How long a reservation can be outstanding (longer than any LLM call)."""
+        """A hold's backstop: longer than any LLM call can take."""
+        self.instance = instance
+        """This process, as it appears on its holds (`Inbox.owner`)."""
+        self.releases = Releases()
+        """Messages of this process waiting for a user's holds to be released."""
         self._limits: dict[int, tuple[float, str, int | None]] = {}
         """user id → (read at, limit_mode, limit_tokens), see the module doc."""
         self._forgotten = Forgotten(CACHE_LIMIT)
@@ -188,46 +196,50 @@ class Budgets:
         return BudgetStatus(period, allowance, granted, used, overage, limit_mode)
 
     async def check(self, user: UserRecord, session: AsyncSession | None = None) -> BudgetStatus:
-        """Raise `BudgetExceeded` when the user has no tokens left this period.
-        For a budget known to be unlimited, no read: the status returned then
-        has the limit (None) but not the usage."""
+        """The user's budget as a run begins; raises `BudgetRefused` when no
+        call can fit what is left (settled usage and the least a call needs,
+        `MIN_OUTPUT_TOKENS`, pass the allowance: refused before anything is
+        built). For a budget known to be unlimited, no read: the status
+        returned then has the limit (None) but not the usage."""
         mode = self._known_unlimited(user.id, user.role)
         if mode is not None:
             return BudgetStatus(current_period(), None, 0, 0, 0, mode)
         status = await self.status(user.id, user.role, session)
-        if status.exhausted:
-            raise BudgetExceeded(
-                f"monthly token budget spent ({status.used}/{status.limit}); "
-                f"resets {status.resets_at:%Y-%m-%d}"
+        if status.limit is not None and status.used + MIN_OUTPUT_TOKENS > status.limit:
+            params = {"k_user": user.id, "k_now": utcnow()}
+            if session is None:
+                async with self._store.read() as own:
+                    held = (await execute(own, holds.HELD, params)).scalar()
+            else:
+                held = (await execute(session, holds.HELD, params)).scalar()
+            figures = Figures(
+                status.used, int(held or 0), MIN_OUTPUT_TOKENS, status.limit, status.period
             )
+            raise BudgetRefused(figures)
         return status
 
     async def charge(
-        self, session: AsyncSession, user_id: int, role: Role, tokens: int, held: int = 0
+        self, session: AsyncSession, user_id: int, role: Role, tokens: int
     ) -> Charge | None:
-        """Charge `tokens` inside the caller's transaction, atomically, and
-        release `held` reserved tokens (`settle`): one statement, which also
-        starts a new period when the row's is over (`charge_write`). None when
-        nothing was charged."""
-        write = self.charge_write(user_id, role, tokens, held)
+        """Charge `tokens` inside the caller's transaction, atomically: one
+        statement, which also starts a new period when the row's is over
+        (`charge_write`). None when nothing was charged."""
+        write = self.charge_write(user_id, role, tokens)
         if write is None:
             return None
         row = (await execute(session, *write)).first()
         return self.charged(user_id, tokens, row)
 
-    def charge_write(
-        self, user_id: int, role: Role, tokens: int, held: int = 0
-    ) -> tuple[Any, dict[str, Any]] | None:
+    def charge_write(self, user_id: int, role: Role, tokens: int) -> Write | None:
         """The statement `charge` runs and its parameters (None: nothing to do),
         for a caller that runs it as a part of a larger statement; its row
-        (used, overage) goes to `charged`."""
-        if tokens <= 0 and held <= 0:
+        (used, overage, awaited_until) goes to `charged`."""
+        if tokens <= 0:
             return None
         params = {
             "b_user_id": user_id,
             "b_period": current_period(),
-            "tokens": max(tokens, 0),
-            "held": max(held, 0),
+            "tokens": tokens,
             "role_limit": self.role_allowance(role),
             "b_now": utcnow(),
         }
@@ -241,67 +253,132 @@ class Budgets:
             return None
         return Charge(used=int(row[0]), overage=int(row[1])) if tokens > 0 else None
 
-    async def reserve(self, user_id: int, role: Role, tokens: int) -> Hold | None:
-        """Reserve `tokens` if the allowance still covers them on top of what is
-        used and reserved; None when it does not. Unlimited budgets always fit."""
-        async with self._store.write() as session:
-            held = await self._reserve(session, user_id, role, tokens)
-            if held is None and await self._roll_period(session, user_id) == 0:
-                if await session.get(Budget, user_id) is None:
-                    await self._ensure_row(session, user_id)
-                    held = await self._reserve(session, user_id, role, tokens)
-            elif held is None:  # a new month began: try again on the fresh period
-                held = await self._reserve(session, user_id, role, tokens)
-        return Hold(user_id, role, tokens) if held else None
+    # -- holds (`bot.accounts.holds`) -----------------------------------------
 
-    async def _reserve(self, session: AsyncSession, user_id: int, role: Role, tokens: int) -> bool:
+    async def reserve(
+        self, user_id: int, role: Role, owner: HoldOwner, input_tokens: int, max_tokens: int
+    ) -> Decision:
+        """Decide a call that reads `input_tokens` and may write `max_tokens`
+        (the rule of `bot.accounts.holds`): a hold, a wait, or a refusal. A
+        failure that passes (a connection the server ended, SQLite busy) is
+        tried again on another connection; a hold written by a try whose
+        answer was lost is released with the run's turn."""
+
+        async def attempt() -> Decision:
+            async with self._store.write() as session:
+                return await self._reserve(session, user_id, role, owner, input_tokens, max_tokens)
+
+        decision = await retrying(attempt, f"budget.reserve user={user_id}")
+        if decision.figures is not None and decision.hold is None and not decision.wait:
+            log.info("budget.refused user=%s %s", user_id, decision.figures.record())
+        return decision
+
+    async def _reserve(
+        self,
+        session: AsyncSession,
+        user_id: int,
+        role: Role,
+        owner: HoldOwner,
+        input_tokens: int,
+        max_tokens: int,
+    ) -> Decision:
+        row = (await execute(session, holds.LOCK, {"k_user": user_id})).first()
+        if row is None:
+            await self._ensure_row(session, user_id)
+            row = (await execute(session, holds.LOCK, {"k_user": user_id})).first()
+        period, used, granted, mode, limit_tokens = row
+        if period != current_period():  # a new month: nothing used or granted yet
+            period, used, granted = current_period(), 0, 0
+        allowance = self._allowance(mode, limit_tokens, role)
+        if allowance is None:
+            return Decision(None, max_tokens, None)
+        allowance += granted
         now = utcnow()
-        cap = self._cap_expression(role)
-        live = case(
-            (col(Budget.reserved_until).is_(None) | (col(Budget.reserved_until) < now), 0),
-            else_=col(Budget.reserved),
-        )
-        until = case(
-            (
-                col(Budget.reserved_until).is_(None)
-                | (col(Budget.reserved_until) < now + self._hold),
-                now + self._hold,
-            ),
-            else_=col(Budget.reserved_until),
-        )
-        stmt = (
-            update(Budget)
-            .where(
-                col(Budget.user_id) == user_id,
-                col(Budget.period) == current_period(),
-                cap.is_(None) | (col(Budget.used) + live + tokens <= cap),
-            )
-            .values(reserved=live + tokens, reserved_until=until)
-            .returning(col(Budget.reserved))
-        )
-        return (await session.exec(stmt)).first() is not None
+        estimate = holds.estimate(input_tokens, max_tokens)
+        if not holds.refused(used, allowance, input_tokens, max_tokens):
+            params = {
+                "k_user": user_id,
+                "k_now": now,
+                "k_run": owner.run_id,
+                "k_instance": self.instance,
+                "k_key": owner.conversation_key,
+                "k_input": input_tokens,
+                "k_room": allowance - used - input_tokens,
+                "k_max": max_tokens,
+                "k_least": min(holds.MIN_OUTPUT_TOKENS, max_tokens),
+                "k_expires": now + self._hold,
+            }
+            taken = (await execute(session, holds.TAKE, params)).first()
+            if taken is not None:
+                hold = Hold(int(taken[0]), user_id, role, int(taken[1]))
+                figures = Figures(used, 0, estimate, allowance, period)
+                return Decision(hold, hold.tokens - input_tokens, figures)
+        held = (await execute(session, holds.HELD, {"k_user": user_id, "k_now": now})).scalar()
+        figures = Figures(used, int(held or 0), estimate, allowance, period)
+        if holds.refused(used, allowance, input_tokens, max_tokens):
+            return Decision(None, 0, figures)
+        # The user's other calls hold what is missing (or held it a moment
+        # ago: a hold released since the INSERT looked): wait, then again.
+        until = {"k_user": user_id, "k_until": now + timedelta(seconds=holds.AWAITED_S)}
+        await execute(session, holds.AWAITED, until)
+        return Decision(None, 0, figures, wait=True)
 
-    async def settle(
-        self, hold: Hold, tokens: int, session: AsyncSession | None = None
-    ) -> Charge | None:
-        """Release `hold` and charge what the call really used (in `session`'s
-        transaction when given)."""
-        if session is None:
-            async with self._store.write() as own:
-                return await self.settle(hold, tokens, own)
-        return await self.charge(session, hold.user_id, hold.role, tokens, held=hold.tokens)
+    async def settle(self, hold: Hold, tokens: int) -> Charge | None:
+        """Release `hold` and charge what the call really used, in one
+        transaction; other instances waiting for the user's holds are told
+        (PostgreSQL), this one's woken."""
+        try:
+            async with self._store.write() as session:
+                await execute(session, holds.RELEASE_ONE, {"r_hold": hold.id}, wait=False)
+                write = self.charge_write(hold.user_id, hold.role, tokens)
+                if write is None:
+                    return None
+                row = (await execute(session, *write)).first()
+                if row is not None and row[2] is not None and row[2] > utcnow():
+                    await announce_released(session, self._store, hold.user_id)
+                return self.charged(hold.user_id, tokens, row)
+        finally:
+            self.releases.wake(hold.user_id)
 
-    async def available(self, user_id: int, role: Role) -> int | None:
-        """Tokens a new reservation could take now (None: unlimited)."""
-        async with self._store.read() as session:
-            row = await session.get(Budget, user_id)
-        status = await self.status(user_id, role)
-        if status.limit is None:
-            return None
-        reserved = 0
-        if row is not None and row.period == status.period and row.reserved_until is not None:
-            reserved = row.reserved if row.reserved_until >= utcnow() else 0
-        return max(status.limit - status.used - reserved, 0)
+    def release_write(self, run_id: str) -> Write:
+        """The statement that releases every hold of a run, for its turn's
+        write (none of its calls is in flight any more)."""
+        return holds.RELEASE_RUN, {"r_run": run_id}
+
+    async def release_dead(self, session: AsyncSession, taken: list[tuple[str, str]]) -> set[int]:
+        """In the transaction of a takeover: release the holds of the runs
+        taken over — (instance, conversation key) of each, another instance's
+        — and the holds past their backstop; returns the users whose holds
+        went (for `released`)."""
+        pairs = sorted({pair for pair in taken if pair[0] != self.instance})
+        rows = await session.exec(holds.release_dead(pairs), params={"r_now": utcnow()})
+        return {int(row[0]) for row in rows.all()}
+
+    async def released(self, user_ids: set[int]) -> None:
+        """Holds of these users went (a takeover, a turn's write): wake the
+        messages waiting for them here, and tell the other instances."""
+        for user_id in user_ids:
+            self.releases.wake(user_id)
+        if not user_ids or self._store.is_sqlite:
+            return
+        try:
+            async with self._store.write() as session:
+                for user_id in sorted(user_ids):
+                    await announce_released(session, self._store, user_id)
+        except Exception as exc:  # a hint only: waiting messages look again soon
+            log.warning("budget.release_notice_failed: %s", exc)
+
+    async def wait_for_release(self, user_id: int, within: float) -> None:
+        """Return when a hold of the user may have been released (here, on
+        another instance), or after `within` seconds (or `holds.WAIT_POLL_S`)."""
+        await self.releases.wait(user_id, within)
+
+    def heard(self, kind: str, key: str) -> None:
+        """A notice from another instance (`Coordination.subscribe`)."""
+        if kind == BUDGET:
+            self.releases.wake(int(key))
+        elif kind == MISSED:
+            self.releases.wake_all()
 
     async def set_limit(self, user_id: int, mode: LimitMode, tokens: int | None = None) -> None:
         self.forget(user_id)
@@ -347,10 +424,6 @@ class Budgets:
             return tokens
         return self.role_allowance(role)
 
-    def _cap_expression(self, role: Role) -> ColumnElement[Any]:
-        """allowance + granted for `role`, computed by the database (NULL = unlimited)."""
-        return _cap(bindparam("role_limit", self.role_allowance(role), type_=BigInteger))
-
     async def _roll_period(self, session: AsyncSession, user_id: int) -> int:
         period = current_period()
         result = await session.exec(
@@ -378,10 +451,11 @@ def _cap(role_limit: Any, granted: Any = None) -> ColumnElement[Any]:
 
 def _charge_statement() -> Any:
     """The charge, built once (building this expression costs more than running
-    it): `used` climbs to the cap, the rest goes to `overage`; `held` reserved
-    tokens are released. A row whose period is over starts the current one
-    first (used, overage and granted from 0, as `_roll_period`), in the same
-    statement, so a month's first charge is no extra round trip."""
+    it): `used` climbs to the cap, the rest goes to `overage`. A row whose
+    period is over starts the current one first (used, overage and granted
+    from 0, as `_roll_period`), in the same statement, so a month's first
+    charge is no extra round trip. It returns `awaited_until` too: whether a
+    message waits for this user's holds (`settle` tells other instances)."""
     same = col(Budget.period) == bindparam("b_period")
 
     def this_period(column: Any) -> Any:
@@ -394,7 +468,6 @@ def _charge_statement() -> Any:
     )
     cap = _cap(bindparam("role_limit", type_=BigInteger), granted)
     tokens = bindparam("tokens", type_=BigInteger)
-    held = bindparam("held", type_=BigInteger)
     fits = cap.is_(None) | (used + tokens <= cap)
     already_full = used >= cap
     return (
@@ -405,10 +478,9 @@ def _charge_statement() -> Any:
             overage=overage + case((fits, 0), (already_full, tokens), else_=used + tokens - cap),
             granted=granted,
             period=bindparam("b_period"),
-            reserved=case((col(Budget.reserved) > held, col(Budget.reserved) - held), else_=0),
             updated_at=bindparam("b_now"),
         )
-        .returning(col(Budget.used), col(Budget.overage))
+        .returning(col(Budget.used), col(Budget.overage), col(Budget.awaited_until))
     )
 
 

@@ -176,9 +176,12 @@ class App:
         results = ResultStore(self.store, agent.tool_result_max_chars)
         memory = memory_tools(memories) if agent.memory else []
         hold = agent.run_timeout_seconds + llm.timeout_seconds * (llm.max_retries + 1) + 60
-        budgets = Budgets(self.store, self.settings.budgets, hold_seconds=hold)
+        budgets = Budgets(
+            self.store, self.settings.budgets, hold_seconds=hold, instance=self.instance
+        )
         leases = Leases(self.store, self.instance, durable.lease_seconds)
         coordination = Coordination(self.store, leases, self.settings.database.schema_name)
+        coordination.subscribe(budgets.heard)  # holds released elsewhere: waiting messages look
         inbox = Inbox(self.store, self.instance, durable.lease_seconds)
         self.metrics.watch_inbox(inbox.backlog)
         if (writes := self.store.sqlite_writes) is not None:

@@ -14,7 +14,8 @@ others with a "merged" outcome naming the run.
 `stop()` cancels the active run of a conversation (its task: the LLM stream or
 the tools stop at once); tickets queued behind it from the same group are
 taken into the cancelled run (recorded, not answered). `run_task` gives the
-run its overall timeout. A semaphore per channel can hold a channel to at most
+run its overall timeout, which stops while the run waits for the user's other
+calls to settle their budget (`Batch.pause`). A semaphore per channel can hold a channel to at most
 `max_concurrent` conversations (threads) running at once; 0 (the default)
 leaves channels unlimited, so a busy channel runs like as many DMs: what bounds
 the runs is the global cap on LLM calls in flight (`bot.llm.gate`).
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -66,6 +68,24 @@ class Batch:
     """Who may /stop it besides admins (the user of the run)."""
     started: bool = False
     """False while waiting for a free slot in its channel."""
+    paused_for: float = 0.0
+    """Seconds the run stood still waiting for budget (its timeout stops then)."""
+    paused_at: float | None = None
+
+    def pause(self) -> None:
+        """The run waits for the user's other calls: its timeout stops."""
+        if self.paused_at is None:
+            self.paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        if self.paused_at is not None:
+            self.paused_for += time.monotonic() - self.paused_at
+            self.paused_at = None
+
+    def paused(self) -> float:
+        """Seconds the run has stood still so far (`pause`)."""
+        since = 0.0 if self.paused_at is None else time.monotonic() - self.paused_at
+        return self.paused_for + since
 
     def take_more(self) -> list[Ticket]:
         """Tickets of the same group that arrived since the run started."""
@@ -191,8 +211,13 @@ class RunControl:
         (shutdown), the task is cancelled too and the cancellation goes on."""
         task = asyncio.create_task(work)
         batch.task = task
+        deadline = time.monotonic() + limit_s
         try:
-            done, _ = await asyncio.wait({task}, timeout=limit_s)
+            while True:  # the timeout stops while the run waits for budget
+                left = deadline + batch.paused() - time.monotonic()
+                done, _ = await asyncio.wait({task}, timeout=max(left, 0.0))
+                if done or deadline + batch.paused() - time.monotonic() <= 0:
+                    break
         except asyncio.CancelledError:
             batch.stopped = "shutdown"
             task.cancel()

@@ -57,9 +57,7 @@ class Pipeline:
         self.events = services.bus
         """Run events for subscribers (`bot.agent.events`)."""
         self._delivery = Delivery(services.store, services.inbox, services.outbox, services.metrics)
-        self._runner = Runner(
-            services, self._delivery.conclude, self._adopt_notified, self._delivery.adapter
-        )
+        self._runner = Runner(services, self._adopt_notified, self._delivery.adapter)
         self._active: set[asyncio.Task[object]] = set()
         self._resuming: set[asyncio.Task[None]] = set()
         self._left_for_us: set[str] = set()

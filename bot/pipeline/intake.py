@@ -91,6 +91,10 @@ class Joined:
     took: Callable[[list[Any]], None]
 
 
+TakenOver = Callable[[AsyncSession, list[tuple[str, str]]], Awaitable[object]]
+"""What `take_expired` writes in its transaction about the runs it takes over:
+(the instance that held them, their conversation's key)."""
+
 WithMessage = Callable[[AsyncSession], Awaitable[None]] | Joined
 """What `accept` writes with the message (not for a redelivery): in its
 transaction, or joined to its INSERT."""
@@ -241,12 +245,16 @@ class Inbox:
             result = await session.exec(stmt.values(lease_expires_at=utcnow()))
         return int(result.rowcount or 0)
 
-    async def take_expired(self, platforms: Collection[str], limit: int = 100) -> list[Taken]:
+    async def take_expired(
+        self, platforms: Collection[str], limit: int = 100, *, also: TakenOver | None = None
+    ) -> list[Taken]:
         """Claim messages of `platforms` whose lease expired (their process died,
         or they wait for their conversation), oldest first; each claim counts as
         an attempt. Messages of a conversation another live instance
         (or this one) is running are left to the run holding it, which takes
-        them in order."""
+        them in order. `also` runs in the claim's transaction with the runs
+        taken over: (the instance that held them, the conversation's key) of
+        each message another instance held."""
         if not platforms:
             return []
         now = utcnow()
@@ -265,7 +273,7 @@ class Inbox:
             ~being_run,
         )
         candidates = (
-            select(col(InboxItem.id))
+            select(col(InboxItem.id), col(InboxItem.lease_owner), col(InboxItem.conversation_key))
             .where(*expired)
             .order_by(col(InboxItem.id))
             .limit(limit)
@@ -273,10 +281,13 @@ class Inbox:
         )
         # fresh: they run next; what another process changed is known first
         async with self._store.write(fresh=True) as session:
+            found = (await execute(session, candidates)).all()
+            if not found:
+                return []
             rows = (
                 await session.exec(
                     update(InboxItem)
-                    .where(col(InboxItem.id).in_(candidates.scalar_subquery()), *expired)
+                    .where(col(InboxItem.id).in_([row[0] for row in found]), *expired)
                     .values(
                         state="running",
                         lease_owner=self.owner,
@@ -286,6 +297,13 @@ class Inbox:
                     .returning(*_TAKEN_COLUMNS)
                 )
             ).all()
+            claimed = {row[0] for row in rows}
+            runs = sorted(
+                {(owner, key) for id_, owner, key in found if id_ in claimed and owner}
+                - {(self.owner, key) for _, _, key in found}
+            )
+            if runs and also is not None:
+                await also(session, runs)
         taken = [_taken(row) for row in rows]
         taken.sort(key=lambda t: t.id)
         return taken

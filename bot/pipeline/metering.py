@@ -7,22 +7,35 @@ unless a change dropped it), so a role changed while the run goes on counts
 from its next call too: an owner made a user reserves from their allowance,
 with that role's.
 
-The estimate of a call is its input (counted from the request) plus the
-output it may write (`max_tokens`). When the allowance left is smaller than
-that but still covers the input and a useful answer, the call is made with a
-smaller `max_tokens` that fits; below that, the call is refused. A settlement
-that cannot be written (database down) stays owed, and the turn's commit
-charges it (`take_owed`), so spent tokens are always charged.
+Each call is decided by the rule of `bot.accounts.holds`: refused only when
+settled usage and the call's estimate (its input and `MIN_OUTPUT_TOKENS`, not
+its `max_tokens`) pass the allowance; made with a `max_tokens` lowered to what
+is left; and when only the user's other calls in flight hold what is missing,
+it waits for them (`wait_limit` seconds in all per run; the run's timeout
+stops meanwhile: `Paused`) and is decided again. A settlement that cannot be
+written (database down) stays owed, and the turn's commit charges it (and
+releases the run's holds), so spent tokens are always charged.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from bot.accounts.budgets import Budgets, Hold
-from bot.errors import BudgetExceeded
+from bot.accounts.budgets import Budgets
+from bot.accounts.holds import (
+    MIN_OUTPUT_TOKENS,
+    BudgetRefused,
+    Decision,
+    Figures,
+    Hold,
+    HoldOwner,
+    run_cap_text,
+)
+from bot.accounts.identity import current_period
 from bot.llm.tokens import messages_tokens, system_tokens, tool_tokens
 from bot.llm.types import LLMRequest
 from bot.pipeline.admission import current_slot
@@ -30,12 +43,24 @@ from bot.types import Role, Usage
 
 log = logging.getLogger("switchboard.budget")
 
-MIN_OUTPUT_TOKENS = 256
-"""A call that cannot write at least this much is not worth making."""
+__all__ = ["MIN_OUTPUT_TOKENS", "Paused", "RunCapReached", "RunMeter", "estimate_input"]
 
 
-class RunCapReached(BudgetExceeded):
+class RunCapReached(BudgetRefused):
     """One run would spend more than `[budgets] run_share`/`run_tokens` allow."""
+
+    def __init__(self, spent: int, estimate: int, cap: int) -> None:
+        figures = Figures(spent, 0, estimate, cap, current_period())
+        super().__init__(figures, run_cap_text(cap), kind="run cap")
+
+
+class Paused(Protocol):
+    """The run's clock (its timeout), stopped while the run waits for the
+    user's other calls (`bot.pipeline.control.Batch`)."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
 
 
 def estimate_input(request: LLMRequest) -> int:
@@ -56,12 +81,22 @@ class RunMeter:
     """False for unlimited budgets: nothing to reserve, only the run cap
     applies (until a limit is set while the run goes on)."""
     run_cap: int | None
+    owner: HoldOwner
+    """The run, on whose behalf tokens are held."""
     role_now: Callable[[], Awaitable[Role]] | None = None
     """The user's role now (`Identity.role_now`); None: the run keeps `role`."""
+    wait_limit: float = 0.0
+    """Seconds the run may wait, in all, for the user's other calls to settle."""
+    clock: Paused | None = None
     spent: int = 0
     """Tokens this run's calls used so far."""
     calls: int = 0
-    owed: list[tuple[Hold | None, int]] = field(default_factory=list)
+    waited: float = 0.0
+    """Seconds the run waited for the user's other calls."""
+    reserved: bool = False
+    """A hold was taken: the run's turn releases its holds (any a lost answer left)."""
+    owed: list[int] = field(default_factory=list)
+    """Tokens used and not charged yet (unlimited; a settlement that failed)."""
     _hold: Hold | None = None
 
     async def before_call(self, request: LLMRequest) -> int:
@@ -71,9 +106,7 @@ class RunMeter:
         if self.run_cap is not None:
             room = self.run_cap - self.spent - needed
             if room < MIN_OUTPUT_TOKENS:
-                raise RunCapReached(
-                    f"this answer needs more than the {self.run_cap} tokens one run may use"
-                )
+                raise RunCapReached(self.spent, needed + MIN_OUTPUT_TOKENS, self.run_cap)
             max_tokens = min(max_tokens, room)
         self.calls += 1
         if self.calls > 1:  # the first: checked as the run began
@@ -82,18 +115,56 @@ class RunMeter:
             return self._waiting(max_tokens)
         if not needed:  # limited since the recheck above
             needed = estimate_input(request)
-        hold = await self.budgets.reserve(self.user_id, self.role, needed + max_tokens)
-        if hold is None:  # not all of it: what is left, if it covers a useful answer
-            left = await self.budgets.available(self.user_id, self.role) or 0
-            if left - needed >= MIN_OUTPUT_TOKENS:
-                hold = await self.budgets.reserve(self.user_id, self.role, left)
-                max_tokens = left - needed
-        if hold is None:
-            raise BudgetExceeded(
-                f"not enough tokens left this month for another step (about {needed} needed)"
+        decision = await self._decide(needed, max_tokens)
+        if decision.unlimited:  # the limit was lifted meanwhile
+            self.limited = False
+            return self._waiting(max_tokens)
+        self._hold, self.reserved = decision.hold, True
+        return self._waiting(decision.max_tokens)
+
+    async def _decide(self, needed: int, max_tokens: int) -> Decision:
+        """A hold for the call, waiting while only the user's other calls in
+        flight hold what is missing; raises `BudgetRefused`."""
+        while True:
+            decision = await self.budgets.reserve(
+                self.user_id, self.role, self.owner, needed, max_tokens
             )
-        self._hold = hold
-        return self._waiting(max_tokens)
+            if decision.hold is not None or decision.figures is None:
+                return decision
+            left = self.wait_limit - self.waited
+            if not decision.wait or left <= 0:
+                if decision.wait:
+                    log.warning(
+                        "budget.wait_over user=%s run=%s after %.1fs: %s",
+                        self.user_id,
+                        self.owner.run_id,
+                        self.waited,
+                        decision.figures.record(),
+                    )
+                raise BudgetRefused(decision.figures)
+            await self._wait(left, decision.figures)
+
+    async def _wait(self, left: float, figures: Figures) -> None:
+        log.info(
+            "budget.waiting user=%s run=%s for the user's calls in flight: %s",
+            self.user_id,
+            self.owner.run_id,
+            figures.record(),
+        )
+        slot = current_slot.get()
+        if slot is not None:  # waiting is free: the message's slot is too
+            slot.give_up()
+        if self.clock is not None:
+            self.clock.pause()
+        started = time.monotonic()
+        try:
+            await self.budgets.wait_for_release(self.user_id, left)
+        finally:
+            self.waited += time.monotonic() - started
+            if self.clock is not None:
+                self.clock.resume()
+            if slot is not None:
+                await slot.take()
 
     async def _recheck(self) -> None:
         """Whether a limit was set or the role changed since the run began (an
@@ -132,7 +203,7 @@ class RunMeter:
         self.spent += tokens
         if hold is None:  # unlimited: charged with the turn, in its transaction
             if tokens:
-                self.owed.append((None, tokens))
+                self.owed.append(tokens)
             return
         try:
             await self.budgets.settle(hold, tokens)
@@ -143,8 +214,9 @@ class RunMeter:
                 tokens,
                 exc_info=True,
             )
-            self.owed.append((hold, tokens))
+            if tokens:
+                self.owed.append(tokens)
 
-    def take_owed(self) -> list[tuple[Hold | None, int]]:
+    def take_owed(self) -> list[int]:
         owed, self.owed = self.owed, []
         return owed

@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import SQLModel, col, select
 
-from bot.accounts.budgets import Budgets, Hold
+from bot.accounts.budgets import Budgets
 from bot.config import Price
 from bot.pipeline import turn_statement
 from bot.pipeline.outbox import Outbox, Outgoing
@@ -103,7 +103,8 @@ def _dump(rows: TurnRows) -> dict[str, Any]:
         "inbox_keys": rows.inbox_keys,
         "inbox_state": rows.inbox_state,
         "error": rows.error,
-        "owed": [[hold.tokens if hold else None, tokens] for hold, tokens in rows.owed],
+        "owed": rows.owed,
+        "holds": rows.release_holds,
     }
 
 
@@ -127,10 +128,9 @@ def _load(data: dict[str, Any]) -> TurnRows:
         inbox_keys=list(data["inbox_keys"]),
         inbox_state=data["inbox_state"],
         error=data["error"],
-        owed=[
-            (Hold(user_id, role, held) if held is not None else None, int(tokens))
-            for held, tokens in data["owed"]
-        ],
+        # ([held, tokens] pairs: a line of a version whose holds were a counter)
+        owed=[int(item[1] if isinstance(item, list) else item) for item in data["owed"]],
+        release_holds=bool(data.get("holds", False)),
     )
 
 
@@ -214,8 +214,12 @@ class TurnWriter:
         (`bot.pipeline.turn_statement`), otherwise a transaction."""
         if not self._store.is_sqlite and turn_statement.fits(rows, replies):
             async with self._store.write_one() as session:
-                return await turn_statement.write_turn_at_once(
+                saved = await turn_statement.write_turn_at_once(
                     session, rows, self._budgets, self._outbox, replies
                 )
-        async with self._store.write() as session:
-            return await write_turn(session, rows, self._budgets, self._outbox, replies)
+        else:
+            async with self._store.write() as session:
+                saved = await write_turn(session, rows, self._budgets, self._outbox, replies)
+        if rows.release_holds:  # a message here may wait for them
+            self._budgets.releases.wake(rows.user_id)
+        return saved

@@ -5,7 +5,8 @@ The `Housekeeper` runs in every process that serves platforms, every
 - renews the leases of what this process holds (messages, replies, fires);
 - writes the turns waiting in the spool (the database was down);
 - takes over messages whose lease expired and runs them again, in order per
-  conversation; a message taken over `max_attempts` times is failed, and its
+  conversation, releasing the budget holds of the runs that died with them in
+  the same transaction; a message taken over `max_attempts` times is failed, and its
   sender gets one short apology instead of silence;
 - takes over replies whose sender died and sends what is left of them;
 - keeps this instance's leases (conversations it runs) alive, stops a run
@@ -27,6 +28,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.accounts.budgets import Budgets
 from bot.config import InboxSettings
@@ -160,7 +163,16 @@ class Housekeeper:
         await self._renew()
         if self.spool.pending():
             swept.spooled = await self.spool.replay(self.store, self.budgets)
-        taken = await self.inbox.take_expired(self.platforms)
+        released: set[int] = set()
+
+        async def release_their_holds(session: AsyncSession, runs: list[tuple[str, str]]) -> None:
+            released.update(await self.budgets.release_dead(session, runs))
+
+        # The dead runs' budget holds go in the transaction that takes them over.
+        taken = await self.inbox.take_expired(self.platforms, also=release_their_holds)
+        if released:
+            log.info("budget.holds_released users=%s (their runs taken over)", sorted(released))
+            await self.budgets.released(released)
         by_conversation: dict[str, list[tuple[Taken, IncomingMessage]]] = {}
         for item in taken:
             if self.pipeline.working_on(item.platform, item.event_id):

@@ -6,6 +6,10 @@ The pipeline decides what reaches a run and delivers the replies; `RunControl`
 decides when a run starts and which messages it answers. Every LLM call of the
 run is metered against the user's budget (`bot.pipeline.metering`); the turn is
 committed with its replies in the outbox (`bot.pipeline.persist`).
+
+Over 500 lines: one run's life from its start to its outcome (how it began,
+how it ended and what the user is told) reads as one story; its parts that
+stand alone live beside it (metering, trust, live, persist, turns).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from bot.accounts.budgets import BudgetStatus
+from bot.accounts.holds import BudgetRefused, HoldOwner
 from bot.accounts.identity import UserRecord
 from bot.agent.events import RunEvents
 from bot.agent.history import HistoryPolicy, Viewer, build_history
@@ -29,16 +35,18 @@ from bot.agent.untrusted import screen_memories
 from bot.conversations import ConversationRecord, ConversationState
 from bot.errors import BudgetExceeded, ProviderError
 from bot.llm.tokens import prompt_tokens
-from bot.logs import claim_run_id, current_run_id, run_scope
+from bot.logs import claim_run_id, current_run_id, new_run_id, run_scope
 from bot.personas import PersonaRecord
 from bot.pipeline.control import Batch, RunEnd, Ticket
 from bot.pipeline.live import LiveReply, open_live, settle
 from bot.pipeline.metering import RunMeter
 from bot.pipeline.outbox import Outgoing
+from bot.pipeline.persist import Saved
 from bot.pipeline.services import Services
 from bot.pipeline.trust import initial_taint, joined, known_tools, prompts, tool_kinds
 from bot.pipeline.turns import TurnRecord, TurnSaved
 from bot.ports import ToolContext
+from bot.store.transient import is_transient, retrying
 from bot.tools.registry import tool_spec
 from bot.tools.search import offer
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
@@ -51,6 +59,9 @@ PROVIDER_ERROR_REPLY = (
 )
 INTERNAL_ERROR_REPLY = "Sorry, something went wrong on my side. The error has been logged."
 TIMEOUT_REPLY = "_(This took longer than {seconds:g} seconds, so I stopped.)_"
+RETRY_AFTER_S = (0.5, 2.0)
+"""A run that met a database failure that passes (`bot.store.transient`) is
+run again after each of these pauses; after the last, it fails as any other."""
 PROVIDER_REASONS = {
     "Overloaded": "the service is overloaded",
     "ProviderRateLimited": "rate limited",
@@ -89,23 +100,19 @@ class RunResult:
     stored (the turn waits in the spool): send the outcome's replies as they are."""
 
 
-Conclude = Callable[..., Awaitable[list[Outgoing]]]
 Adopt = Callable[[Batch], Awaitable[list[Ticket]]]
 """Messages of the run's conversation other instances left in the inbox, as
 tickets added to the batch (`Pipeline._adopt_pending`)."""
-"""`Delivery.conclude`: finish messages and store their replies, in one transaction."""
 
 
 class Runner:
     def __init__(
         self,
         services: Services,
-        conclude: Conclude,
         adopt: Adopt | None = None,
         adapter: Callable[[str], object] | None = None,
     ) -> None:
         self.s = services
-        self._conclude = conclude
         self._adopt = adopt
         self._adapter = adapter
         """The adapter of a platform (streamed replies), if any."""
@@ -121,27 +128,10 @@ class Runner:
         """`created`: the transaction that took the conversation's lease, held
         since, created it (nothing to read of it)."""
         s, llm = self.s, self.s.settings.llm
-        inputs: list[RunInput] = [t.payload for t in batch.tickets]
-        first: IncomingMessage = inputs[0].origin
-        refusal: str | None = None
-        try:
-            if created:
-                budget = await s.budgets.check(user)
-                history = s.conversations.created_state(conversation)
-            else:
-                async with s.store.read_warm() as session:  # all reads of a run, one session
-                    budget = await s.budgets.check(user, session)
-                    history = await s.conversations.state(session, conversation)
-        except BudgetExceeded as exc:
-            refusal = str(exc)
-        if refusal is not None:  # refused before any LLM call
-            log.info("budget.refused user=%s %s", user.id, refusal)
-            s.metrics.budget_refused()
-            refused = (_reply(first, _budget_refusal(refusal), "refusal", True),)
-            msgs = [item.origin for item in inputs]
-            outgoing = await self._conclude(msgs, "refused", refused, deliver=deliver)
-            return RunResult(Outcome("refused", refused), outgoing)
-
+        first: IncomingMessage = batch.tickets[0].payload.origin
+        budget, history = await retrying(
+            lambda: self._begin(user, conversation, created), f"run.begin user={user.id}"
+        )
         persona = s.personas.resolve(first.platform, first.platform_server_id, history.persona_name)
         model = persona.model or (llm.fast_model if first.source == "scheduler" else llm.model)
         run = _Run(claim_run_id(), user, conversation, persona, model, first)
@@ -149,20 +139,74 @@ class Runner:
         # run took that one (`bot.logs.claim_run_id`).
         same = run.id == current_run_id()
         with contextlib.nullcontext() if same else run_scope(run.id):
-            return await self._execute(run, batch, inputs, history, budget.limit, deliver)
+            if isinstance(budget, BudgetRefused):  # before any LLM call
+                return await self._refuse(run, batch, budget, deliver)
+            retries, again = iter(RETRY_AFTER_S), False
+            while True:
+                delay = next(retries, None)
+                with run_scope(run.id) if again else contextlib.nullcontext():
+                    result = await self._execute(run, batch, history, budget.limit, deliver, delay)
+                if result is not None:
+                    return result
+                assert delay is not None
+                await asyncio.sleep(delay)
+                run, again = dataclasses.replace(run, id=new_run_id()), True
+                log.info("run.again run=%s conversation=%s", run.id, conversation.key)
+
+    async def _begin(
+        self, user: UserRecord, conversation: ConversationRecord, created: bool
+    ) -> tuple[BudgetStatus | BudgetRefused, ConversationState]:
+        """The user's budget (or its refusal) and the conversation's state.
+        `created`: the transaction that took the conversation's lease, held
+        since, created it (nothing to read of it)."""
+        s = self.s
+        if created:
+            history = s.conversations.created_state(conversation)
+            try:
+                return await s.budgets.check(user), history
+            except BudgetRefused as refused:
+                return refused, history
+        async with s.store.read_warm() as session:  # all reads of a run, one session
+            history = await s.conversations.state(session, conversation)
+            try:
+                return await s.budgets.check(user, session), history
+            except BudgetRefused as refused:
+                return refused, history
+
+    async def _refuse(
+        self, run: _Run, batch: Batch, refused: BudgetRefused, deliver: bool
+    ) -> RunResult:
+        """Refused before any LLM call (nothing is left that a call could use):
+        the run is recorded with the figures, the messages answered with the
+        refusal, in one transaction."""
+        started = time.perf_counter()
+        first = run.first
+        state = RunState.answering([t.payload for t in batch.tickets])
+        result = _Result("refused", error=str(refused), notice=refused.reply)
+        reply = _reply(first, refused.reply, "refusal", True)
+        outcome = Outcome("refused", (reply,), run.id)
+        replies = outcome.replies if deliver else ()
+        saved = await self.s.writer.save(self._turn(run, state, batch, result, None, replies))
+        _log_run(result.status, run, state, started, saved.turn, result.error)
+        self._count(result.status, first, started)
+        return _ended(outcome, saved)
 
     async def _execute(
         self,
         run: _Run,
         batch: Batch,
-        inputs: list[RunInput],
         history: ConversationState,
         limit: int | None,
         deliver: bool,
-    ) -> RunResult:
+        retry: float | None = None,
+    ) -> RunResult | None:
+        """Run the agent and save its turn. None: it met a database failure
+        that passes, and `retry` (a pause) says it will be run again: what it
+        spent is saved, its messages not finished."""
         s, first, conversation = self.s, run.first, run.conversation
+        inputs: list[RunInput] = [t.payload for t in batch.tickets]
         state = RunState.answering(inputs)
-        meter = self._meter(run.user, limit)
+        meter = self._meter(run, limit, batch)
         spec = await self._spec(run, batch, inputs, history, meter)
         events = RunEvents(s.bus, run.id, conversation.key)
         events.emit("run.started", source=first.source, model=run.model, inputs=len(inputs))
@@ -173,15 +217,29 @@ class Runner:
                 batch, s.agent.run(spec, state), s.settings.agent.run_timeout_seconds
             )
         except asyncio.CancelledError:  # shutting down: the messages go back to the inbox
-            if live is not None:
-                await asyncio.shield(live.cancel())
-            if s.actions is not None:
-                s.actions.take_held(run.id)  # still pending; /pending lists them
+            await self._abandon(run, live)
             events.emit("run.cancelled", reason="shutdown")
             shutdown = _Result("cancelled", error="shutdown")
             turn = self._turn(run, state, batch, shutdown, meter, interrupted=True)
             await asyncio.shield(s.writer.save(turn, retry_seconds=2.0))
             raise
+        if retry is not None and error is not None and is_transient(error):
+            # The database failed in a way that passes: run the messages again
+            # (they stay leased here); not an apology.
+            log.warning(
+                "run.retry_transient run=%s conversation=%s in=%.1fs: %s: %s",
+                run.id,
+                conversation.key,
+                retry,
+                type(error).__name__,
+                error,
+            )
+            await self._abandon(run, live)
+            events.emit("run.cancelled", reason="retry")
+            failed = _Result("cancelled", error=f"{type(error).__name__}: {error}"[:2000])
+            turn = self._turn(run, state, batch, failed, meter, interrupted=True)
+            await s.writer.save(turn)
+            return None
         result = self._classify(end, error, state, spec)
         outcome = self._outcome(result, first, run.id)
         held = s.actions.take_held(run.id) if s.actions is not None else []
@@ -191,16 +249,20 @@ class Runner:
             outcome = await settle(live, outcome, first)
         replies = outcome.replies if deliver else ()
         saved = await s.writer.save(self._turn(run, state, batch, result, meter, replies))
-        _log_run(result.status, run, state, started, saved.turn)
+        _log_run(result.status, run, state, started, saved.turn, result.error)
         self._count(result.status, first, started)
         self._emit_end(events, result, state)
         if saved.turn is not None and result.status in ("completed", "silent"):
             self._maybe_compact(run, history, state, saved.turn)
-        if saved.turn is not None:
-            return RunResult(outcome, saved.turn.outgoing)
-        if saved.spooled:
-            return RunResult(outcome, None)
-        return RunResult(Outcome("failed", (), run.id), [])  # taken over: not ours to send
+        return _ended(outcome, saved)
+
+    async def _abandon(self, run: _Run, live: LiveReply | None) -> None:
+        """The run stops without an answer (its messages will be run again):
+        what it streamed goes, its held actions stay pending (/pending)."""
+        if live is not None:
+            await asyncio.shield(live.cancel())
+        if self.s.actions is not None:
+            self.s.actions.take_held(run.id)
 
     def _live(self, run: _Run, deliver: bool) -> LiveReply | None:
         if not deliver or self._adapter is None:
@@ -225,10 +287,19 @@ class Runner:
         elif status == "refused":
             metrics.budget_refused()
 
-    def _meter(self, user: UserRecord, limit: int | None) -> RunMeter:
-        s, cap = self.s, self.s.settings.budgets.run_cap(limit)
-        role_now = functools.partial(s.identity.role_now, user)
-        return RunMeter(s.budgets, user.id, user.role, limit is not None, cap, role_now)
+    def _meter(self, run: _Run, limit: int | None, batch: Batch) -> RunMeter:
+        s, user, cap = self.s, run.user, self.s.settings.budgets.run_cap(limit)
+        return RunMeter(
+            s.budgets,
+            user.id,
+            user.role,
+            limit is not None,
+            cap,
+            HoldOwner(run.id, run.conversation.key),
+            role_now=functools.partial(s.identity.role_now, user),
+            wait_limit=s.settings.agent.run_timeout_seconds,
+            clock=batch,
+        )
 
     # -- building the run ---------------------------------------------------
 
@@ -354,7 +425,7 @@ class Runner:
         if isinstance(exc, BudgetExceeded):
             log.info("run.budget_stop run=%s: %s", run_id, exc)
             partial = sanitize(state.final_text or _last_text(state))
-            note = _budget_refusal(str(exc))
+            note = exc.reply if isinstance(exc, BudgetRefused) else str(exc)
             notice = f"{partial}\n\n{note}" if not is_silent(partial, clean=True) else note
             return _Result("refused", error=str(exc), notice=notice)
         if isinstance(exc, ProviderError):
@@ -386,7 +457,7 @@ class Runner:
         state: RunState,
         batch: Batch,
         result: _Result,
-        meter: RunMeter,
+        meter: RunMeter | None,
         replies: Sequence[Reply] = (),
         *,
         interrupted: bool = False,
@@ -405,7 +476,8 @@ class Runner:
             reply_text=result.reply_text,
             error=result.error,
             replies=replies,
-            owed=meter.take_owed(),
+            owed=meter.take_owed() if meter is not None else [],
+            release_holds=meter is not None and meter.reserved,
             lease_owner=self.s.inbox.owner,
             interrupted=interrupted,
         )
@@ -467,21 +539,29 @@ def _last_text(state: RunState) -> str:
     return ""
 
 
-def _budget_refusal(detail: str) -> str:
-    return (
-        "You've used up your token allowance for this month, so I can't answer right now. "
-        f"({detail}.) Ask an admin if you need more."
-    )
+def _ended(outcome: Outcome, saved: Saved) -> RunResult:
+    """What the caller sends, once the run's turn was saved (or not)."""
+    if saved.turn is not None:
+        return RunResult(outcome, saved.turn.outgoing)
+    if saved.spooled:
+        return RunResult(outcome, None)
+    return RunResult(Outcome("failed", (), outcome.run_id), [])  # taken over: not ours to send
 
 
 def _log_run(
-    status: str, run: _Run, state: RunState, started: float, saved: TurnSaved | None
+    status: str,
+    run: _Run,
+    state: RunState,
+    started: float,
+    saved: TurnSaved | None,
+    error: str | None = None,
 ) -> None:
     usage = state.usage
     charge = saved.charge if saved else None
+    budget = f" {error}" if status == "refused" and error else ""
     log.info(
         "run.%s run=%s conversation=%s user=%s model=%s iterations=%d tokens_in=%d "
-        "tokens_out=%d cache_read=%d cache_write=%d budget_used=%s overage=%s ms=%.0f",
+        "tokens_out=%d cache_read=%d cache_write=%d budget_used=%s overage=%s ms=%.0f%s",
         status,
         run.id,
         run.conversation.key,
@@ -495,4 +575,5 @@ def _log_run(
         charge.used if charge else "-",
         charge.overage if charge else "-",
         (time.perf_counter() - started) * 1000,
+        budget,
     )

@@ -14,7 +14,8 @@ the statement's main SELECT reads:
   one over), casts a marker text to an integer, which fails, and the failure
   undoes every part; `LeaseLost` is raised, as the transaction would;
 - the charge's `used` and `overage` (`Budgets.charge_write`: one UPDATE that
-  also releases the holds and starts a new month);
+  also starts a new month; the run's budget holds are released by a part of
+  their own, `Budgets.release_write`);
 - the new outbox ids, in the replies' order (as text: see `_statement`).
 
 The parts see the database as it was before the statement and touch
@@ -70,12 +71,14 @@ async def write_turn_at_once(
     autocommit (`Store.write_one`)."""
     for group in ([rows.run], rows.messages, rows.files, rows.spans, rows.tokens):
         await insert_rows(session, group, wait=False)
+    if rows.release_holds:
+        await execute(session, *budgets.release_write(rows.run["id"]), wait=False)
     params: dict[str, Any] = {}
     keys = sorted(set(rows.inbox_keys))
     if keys:
         params |= finish_params(rows, keys) | {"f_expected": len(keys)}
-    tokens, held = owed(rows)
-    charge = budgets.charge_write(rows.user_id, rows.role, tokens, held)
+    tokens = owed(rows)
+    charge = budgets.charge_write(rows.user_id, rows.role, tokens)
     if charge is not None:
         params |= charge[1]
     outgoing, created = outbox.rows(replies, run_id=rows.run["id"])

@@ -21,7 +21,7 @@ from sqlalchemy import String, Text, bindparam, func, update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.accounts.budgets import Budgets, Charge, Hold
+from bot.accounts.budgets import Budgets, Charge
 from bot.accounts.identity import UserRecord
 from bot.agent.state import RunInput, RunState
 from bot.agent.traces import Span, span_rows
@@ -49,15 +49,17 @@ class TurnRecord:
     model: str
     state: RunState
     status: str
-    """completed | silent | failed | cancelled | timeout"""
+    """completed | silent | failed | cancelled | timeout | refused"""
     reply_text: str | None
     """The sanitized reply as sent (None: nothing to record as the final answer)."""
     error: str | None = None
     replies: Sequence[Reply] = ()
     """What to send (stored in the outbox with the turn)."""
-    owed: Sequence[tuple[Hold | None, int]] | None = None
-    """Budget settlements still to write (the run's meter); None: charge the run's
-    whole usage here (unmetered)."""
+    owed: Sequence[int] | None = None
+    """Tokens the run used and did not charge yet (the run's meter); None:
+    charge the run's whole usage here (unmetered)."""
+    release_holds: bool = False
+    """The run held budget (`bot.accounts.holds`): its holds are released here."""
     lease_owner: str | None = None
     """This instance: only messages it still holds are finished."""
     interrupted: bool = False
@@ -86,8 +88,9 @@ class LeaseLost(BotError):
     """Another instance took over a message of this run: the turn is not ours."""
 
 
-INBOX_STATE = {"completed": "answered"}
-"""A run's status as the final state of the messages it answered."""
+INBOX_STATE = {"completed": "answered", "refused": "answered"}
+"""A run's status as the final state of the messages it answered (a refusal
+is their answer)."""
 
 
 @dataclass(slots=True)
@@ -106,8 +109,9 @@ class TurnRows:
     inbox_keys: list[str]
     inbox_state: str
     error: str | None
-    owed: list[tuple[Hold | None, int]]
+    owed: list[int]
     lease_owner: str | None = None
+    release_holds: bool = False
 
 
 def turn_rows(turn: TurnRecord, prices: Mapping[str, Price]) -> TurnRows:
@@ -129,9 +133,11 @@ def turn_rows(turn: TurnRecord, prices: Mapping[str, Price]) -> TurnRows:
         finished_at=utcnow(),
     )
     finish = not turn.interrupted and first.source == "user"
+    # Refused before any call: nothing of it joins the conversation.
+    unanswered = turn.interrupted or (turn.status == "refused" and not state.calls)
     return TurnRows(
         run=run,
-        messages=[] if turn.interrupted else _message_rows(turn),
+        messages=[] if unanswered else _message_rows(turn),
         files=[]
         if turn.interrupted
         else [f for m in turn.messages for f in _files(m, conversation_id, turn.run_id)],
@@ -151,8 +157,9 @@ def turn_rows(turn: TurnRecord, prices: Mapping[str, Price]) -> TurnRows:
         inbox_keys=[m.dedupe_key for m in turn.messages if m.dedupe_key] if finish else [],
         inbox_state=INBOX_STATE.get(turn.status, turn.status),
         error=turn.error,
-        owed=list(turn.owed) if turn.owed is not None else [(None, state.usage.total)],
+        owed=list(turn.owed) if turn.owed is not None else [state.usage.total],
         lease_owner=turn.lease_owner,
+        release_holds=turn.release_holds,
     )
 
 
@@ -187,20 +194,20 @@ async def write_turn(
         await insert_rows(session, rows.files, wait=False)
     await insert_rows(session, rows.spans, wait=False)
     await insert_rows(session, rows.tokens, wait=False)
-    charge = await budgets.charge(session, rows.user_id, rows.role, *owed(rows))
+    if rows.release_holds:
+        await execute(session, *budgets.release_write(rows.run["id"]), wait=False)
+    charge = await budgets.charge(session, rows.user_id, rows.role, owed(rows))
     outgoing: list[Outgoing] = []
     if outbox is not None and replies and finished:
         outgoing = await outbox.add(session, replies, run_id=rows.run["id"])
     return TurnSaved(charge, len(messages), outgoing)
 
 
-def owed(rows: TurnRows) -> tuple[int, int]:
-    """What the turn still owes its budget, as one charge: (tokens to charge,
-    tokens held to release). Charging the sum is charging each in turn: `used`
-    climbs to the cap either way, and the rest is overage."""
-    tokens = sum(spent for _, spent in rows.owed)
-    held = sum(hold.tokens for hold, _ in rows.owed if hold is not None)
-    return tokens, held
+def owed(rows: TurnRows) -> int:
+    """What the turn still owes its budget, as one charge. Charging the sum is
+    charging each in turn: `used` climbs to the cap either way, and the rest
+    is overage."""
+    return sum(rows.owed)
 
 
 async def _finish_inbox(session: AsyncSession, rows: TurnRows) -> bool:

@@ -24,6 +24,7 @@ from sqlalchemy import func, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from bot.accounts import holds
 from bot.scheduling.parse import TriggerKind, TriggerSpec
 from bot.store import Store
 from bot.store.coordination import announce_jobs
@@ -221,6 +222,12 @@ class Jobs:
             return Claim(job, scheduled, not in_grace)
 
     async def _take_over(self, session: AsyncSession, job: ScheduledJob, now: datetime) -> Claim:
+        if job.lease_owner and job.lease_owner != self.owner:  # the dead run's budget holds
+            key = select(Conversation.key).where(Conversation.id == job.conversation_id)
+            found = (await session.exec(key)).first()
+            if found is not None:
+                release = holds.release_dead([(job.lease_owner, found)])
+                await session.exec(release, params={"r_now": utcnow()})
         scheduled = job.fire_at or job.running_since or now
         job.running_since = now
         job.lease_owner, job.lease_expires_at = self.owner, utcnow() + self.lease

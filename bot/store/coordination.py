@@ -11,6 +11,9 @@
 - `announce_account`: a user's account, role, budget or memories changed;
   sent in the change's own transaction (PostgreSQL), so every instance drops
   what it cached of that user when it commits (SQLite: `bot.store.outside`).
+- `announce_released`: a user's budget holds were released while a message
+  waits for them (`bot.accounts.holds`), sent in the release's transaction, so
+  the instance where it waits decides it again at once.
 - `announce_jobs`: a scheduled job was created, paused, resumed or removed;
   sent the same way, so every instance's scheduler syncs at once (SQLite: the
   writer's look, `bot.store.outside`).
@@ -56,6 +59,8 @@ ACCOUNT = "account"
 """A notification's kind: a user's account changed (its key: the user id)."""
 JOBS = "jobs"
 """A notification's kind: a scheduled job changed (its key: the job id)."""
+BUDGET = "budget"
+"""A notification's kind: a user's budget holds were released (its key: the user id)."""
 _NOTIFY = select(func.pg_notify(bindparam("channel"), bindparam("payload")))
 
 
@@ -73,6 +78,13 @@ async def announce_account(session: AsyncSession, store: Store, user_id: int) ->
     that none goes on trusting what it cached of it (PostgreSQL; on SQLite
     the writer sees another process's commit itself, `bot.store.outside`)."""
     await _announce(session, store, ACCOUNT, str(user_id))
+
+
+async def announce_released(session: AsyncSession, store: Store, user_id: int) -> None:
+    """Tell every instance, when `session`'s transaction commits, that holds
+    of `user_id` were released (PostgreSQL; on SQLite one process serves, and
+    its waiting messages look again on their own)."""
+    await _announce(session, store, BUDGET, str(user_id))
 
 
 async def announce_jobs(session: AsyncSession, store: Store, job_id: int) -> None:

@@ -2,6 +2,10 @@
 
 Conventions: integer surrogate keys, aware UTC datetimes (`UTCDateTime`), no
 thread id is stored as "" so unique constraints work on every database.
+
+Over 500 lines: the schema is one concept, and Alembic's autogenerate check
+compares it against the migrations as a whole; a table per module would only
+scatter it.
 """
 
 from __future__ import annotations
@@ -62,10 +66,11 @@ class Budget(SQLModel, table=True):
     """A user's token budget for the current period (a UTC month, "YYYY-MM").
 
     `used` never exceeds the allowance; what a run spent beyond it goes to
-    `overage`. `reserved` holds estimates of LLM calls in flight, so concurrent
-    calls cannot together spend past the allowance. The allowance is the role
-    default from config unless `limit_mode` is "fixed" (`limit_tokens`) or
-    "unlimited"; `granted` is a one-off top-up for this period."""
+    `overage`. LLM calls in flight hold tokens in `budget_holds` (one row
+    each), so concurrent calls cannot together spend past the allowance. The
+    allowance is the role default from config unless `limit_mode` is "fixed"
+    (`limit_tokens`) or "unlimited"; `granted` is a one-off top-up for this
+    period."""
 
     __tablename__ = "budgets"
 
@@ -76,12 +81,30 @@ class Budget(SQLModel, table=True):
     granted: int = Field(default=0, sa_type=BigInteger)
     limit_mode: str = Field(default="role", max_length=16)
     limit_tokens: int | None = Field(default=None, sa_type=BigInteger)
-    reserved: int = Field(default=0, sa_type=BigInteger)
-    """Tokens held by LLM calls in flight (reserved before, settled after each call)."""
-    reserved_until: datetime | None = _ts_optional()
-    """After this, no call holding a reservation can still be running (its process
-    died): `reserved` counts as 0."""
+    awaited_until: datetime | None = _ts_optional()
+    """Until then a message of this user waits for their holds to be released
+    (`bot.accounts.holds`): a settlement tells the other instances."""
     updated_at: datetime = _ts()
+
+
+class BudgetHold(SQLModel, table=True):
+    """Tokens held for one LLM call in flight, by the run making it on one
+    instance: what the user may still spend is the allowance less `used` and
+    the live holds. Released with the call's settlement (or the run's turn);
+    when the instance dies, by the recovery that takes its run over;
+    `expires_at` is a backstop only (past it, the hold counts for nothing),
+    never extended."""
+
+    __tablename__ = "budget_holds"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    run_id: str = Field(max_length=32, index=True)
+    instance: str = Field(max_length=120)
+    conversation_key: str = Field(max_length=400)
+    tokens: int = Field(sa_type=BigInteger)
+    expires_at: datetime = Field(sa_type=UTCDateTime, nullable=False)
+    created_at: datetime = _ts()
 
 
 class Persona(SQLModel, table=True):

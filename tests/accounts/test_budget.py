@@ -7,14 +7,15 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import event, update
-from sqlmodel import col
+from sqlmodel import col, select
 
 from bot.accounts.budgets import Budgets, period_end
+from bot.accounts.holds import HoldOwner
 from bot.accounts.identity import Identity, current_period
 from bot.config import BudgetSettings
 from bot.errors import BudgetExceeded
 from bot.store import Store
-from bot.store.models import Budget
+from bot.store.models import Budget, BudgetHold
 from bot.types import Role
 
 
@@ -120,11 +121,14 @@ async def test_a_months_first_charge_starts_the_period_in_the_same_statement(sto
 async def test_settling_releases_the_hold_and_charges_what_was_used(store: Store):
     budgets = Budgets(store, BudgetSettings(guest=100))
     user = await make_user(store)
-    hold = await budgets.reserve(user.id, Role.GUEST, 80)
-    assert hold is not None
-    assert await budgets.reserve(user.id, Role.GUEST, 30) is None  # 80 held of 100
-    result = await budgets.settle(hold, 25)
+    owner = HoldOwner("run-1", "console:alice")
+    first = await budgets.reserve(user.id, Role.GUEST, owner, 40, 40)
+    assert first.hold is not None and (first.hold.tokens, first.max_tokens) == (80, 40)
+    other = await budgets.reserve(user.id, Role.GUEST, HoldOwner("run-2", "c2"), 10, 20)
+    assert (other.hold, other.wait) == (None, True)  # 80 held of 100: wait for it
+    result = await budgets.settle(first.hold, 25)
     assert result is not None and (result.used, result.overage) == (25, 0)
     async with store.read() as session:
-        assert (await session.get(Budget, user.id)).reserved == 0  # type: ignore[union-attr]
-    assert await budgets.reserve(user.id, Role.GUEST, 75) is not None
+        assert (await session.exec(select(BudgetHold))).all() == []  # released
+    again = await budgets.reserve(user.id, Role.GUEST, owner, 40, 35)
+    assert again.hold is not None and again.hold.tokens == 75

@@ -18,7 +18,7 @@ from bot.accounts.budgets import Budgets
 from bot.accounts.directory import Directory
 from bot.accounts.identity import Identity
 from bot.store.coordination import ACCOUNT
-from bot.store.models import Budget, TokenLog
+from bot.store.models import Budget, BudgetHold, TokenLog
 from bot.types import Role
 from tests.conftest import Database
 from tests.fakes.anthropic import FakeUsage, text_reply, tool_call, tool_use_reply
@@ -34,10 +34,12 @@ its TTL."""
 
 
 async def spent(app: Any) -> tuple[int, int, list[int]]:
+    """(tokens charged, tokens still held, each call's tokens as logged)."""
     async with app.store.read() as s:
         budget = (await s.exec(select(Budget))).one()
+        held = sum(h.tokens for h in (await s.exec(select(BudgetHold))).all())
         calls = [t.input_tokens + t.output_tokens for t in (await s.exec(select(TokenLog))).all()]
-    return budget.used + budget.overage, budget.reserved, calls
+    return budget.used + budget.overage, held, calls
 
 
 async def stopped_at_the_fourth_call(
@@ -61,7 +63,7 @@ async def stopped_at_the_fourth_call(
     outcome = await app.pipeline.handle(message("loop"))
 
     assert outcome.status == "refused"
-    assert "not enough tokens left" in adapter.sent[-1].text
+    assert "tokens this month" in adapter.sent[-1].text
     assert fake_anthropic.request_count == 3  # no call after the change
     charged, reserved, calls = await spent(app)
     assert charged == sum(calls) == 3 * 1010 and reserved == 0

@@ -37,7 +37,7 @@ from tests.service_rig import Service, SlackSender, free_port, service_env
 
 pytestmark = pytest.mark.timeout(180)
 
-USED_UP = "used up your token allowance"
+USED_UP = "tokens this month; the allowance resets on"
 
 
 async def switchboard(database: Database, *args: str) -> str:

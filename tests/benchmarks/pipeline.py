@@ -142,6 +142,11 @@ def msg(i: int, conversation: int, mode: str = "seq") -> IncomingMessage:
     )
 
 
+GUEST_BUDGET: list[int | str] = ["unlimited"]
+"""The guests' allowance (`--guest-budget`): unlimited reserves nothing; a
+number measures a limited user's path (each call reserved and settled)."""
+
+
 async def open_app(
     url: str, delay: float, schema: str | None = None
 ) -> tuple[App, NullAdapter, InstantProvider]:
@@ -151,7 +156,7 @@ async def open_app(
     settings = Settings.model_validate(
         {
             "database": database,
-            "budgets": {"guest": "unlimited"},
+            "budgets": {"guest": GUEST_BUDGET[0]},
             "logging": {"level": "WARNING"},
         }
     )
@@ -481,7 +486,15 @@ def main() -> None:
         choices=["sequential", "paused", "newusers", "concurrent", "both"],
         default="both",
     )
+    parser.add_argument(
+        "--guest-budget",
+        default="unlimited",
+        help="the guests' allowance: unlimited (default) or a number of tokens",
+    )
     args = parser.parse_args()
+    GUEST_BUDGET[0] = (
+        args.guest_budget if args.guest_budget == "unlimited" else int(args.guest_budget)
+    )
     both = args.mode == "both"
     with tempfile.TemporaryDirectory() as tmp:
         if args.mode == "sequential" or both:

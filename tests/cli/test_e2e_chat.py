@@ -99,7 +99,7 @@ def test_guest_with_spent_budget_is_refused_without_llm_call(
     assert fake_anthropic_thread.request_count == 1
     lines = result.stdout.splitlines()
     assert lines[0] == "ok"
-    assert "token allowance for this month" in lines[1]
+    assert "of your 5,000 tokens this month" in lines[1]
 
 
 def test_commands_work_in_the_terminal(fake_anthropic_thread: FakeAnthropic, tmp_path: Path):
