@@ -48,6 +48,7 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 		$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000 --database postgres; fi
 	$(BIN)/python -m tests.benchmarks.flow
 	$(BIN)/python -m tests.benchmarks.instructions
+	$(BIN)/python -m tests.benchmarks.startup
 
 clean:  ## remove .venv, the tool caches, __pycache__ dirs and build output
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
