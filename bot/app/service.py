@@ -15,10 +15,11 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 
@@ -34,6 +35,7 @@ from bot.agent.guard import Guard
 from bot.agent.loop import AgentLoop
 from bot.app.counted import CountedProvider
 from bot.app.health import DatabaseHealth
+from bot.app.provider import BackgroundProvider
 from bot.app.wiring import build_extras, forget_changes_elsewhere, sync_jobs_changed_elsewhere
 from bot.commands.actions import action_commands
 from bot.commands.core import core_commands
@@ -67,8 +69,9 @@ from bot.tools.memory import memory_tools
 from bot.tools.registry import ToolRegistry
 from bot.tools.results import GetToolResult, ResultStore
 from bot.types import utcnow
-from bot.web.admin import AdminDeps, admin_routes
-from bot.web.server import WebServer
+
+if TYPE_CHECKING:  # imported when `start` serves HTTP: `switchboard chat` never does
+    from bot.web.server import WebServer
 
 log = logging.getLogger("switchboard.app")
 
@@ -87,15 +90,26 @@ provider, `bot.llm.anthropic`."""
 
 
 def make_provider(settings: Settings, secrets: Secrets) -> Provider:
-    from bot.llm.anthropic import AnthropicProvider
+    return provider_factory(settings, secrets)()
 
-    return AnthropicProvider(
-        api_key=secrets.require("anthropic_api_key"),
-        base_url=settings.llm.base_url,
-        max_retries=settings.llm.max_retries,
-        timeout=settings.llm.timeout_seconds,
-        max_connections=settings.llm.max_in_flight,
-    )
+
+def provider_factory(settings: Settings, secrets: Secrets) -> Callable[[], Provider]:
+    """What builds the configured provider: its settings are checked now (a
+    missing key raises here), the SDK is imported when it is called."""
+    api_key = secrets.require("anthropic_api_key")
+
+    def build() -> Provider:
+        from bot.llm.anthropic import AnthropicProvider
+
+        return AnthropicProvider(
+            api_key=api_key,
+            base_url=settings.llm.base_url,
+            max_retries=settings.llm.max_retries,
+            timeout=settings.llm.timeout_seconds,
+            max_connections=settings.llm.max_in_flight,
+        )
+
+    return build
 
 
 async def import_provider() -> None:
@@ -111,6 +125,9 @@ class App:
     secrets: Secrets
     provider: Provider | None = None
     extra_tools: Sequence[Tool] = ()
+    provider_in_background: bool = False
+    """Without a `provider`: `open` does not wait for the SDK to load; it
+    loads from `provider.start()` or the first call (`BackgroundProvider`)."""
     clock: Clock = utcnow
     """The scheduler's clock (tests pass a controllable one)."""
     instance: str = field(default_factory=lambda: instance_name())
@@ -131,7 +148,10 @@ class App:
     """LLM calls in flight (`[llm] max_in_flight`), oldest message first."""
 
     async def open(self) -> Pipeline:
-        if self.provider is None:
+        if self.provider is None and self.provider_in_background:
+            build = provider_factory(self.settings, self.secrets)
+            self.provider = BackgroundProvider(build, import_provider)
+        elif self.provider is None:
             await import_provider()
             self.provider = make_provider(self.settings, self.secrets)
         self.store = Store(
@@ -318,6 +338,8 @@ class App:
     async def start(self, created: Sequence[Adapter]) -> None:
         """Serve the adapters' HTTP routes (and /healthz, /readyz, /metrics),
         then start them."""
+        from bot.web.server import WebServer
+
         server = self.settings.server
         self._expected = [adapter.platform for adapter in created]
         self.web = WebServer(
@@ -332,6 +354,8 @@ class App:
             if isinstance(adapter, WebHooks):
                 self.web.add_routes(adapter.routes())
         if self.secrets.admin_token is not None:  # the dashboard; else /admin is 404
+            from bot.web.admin import AdminDeps, admin_routes  # its pages load only then
+
             inbox = self.pipeline.s.inbox
             deps = AdminDeps(self.store, self.ops, self.scheduler.jobs, inbox.backlog)
             self.web.add_routes(admin_routes(deps, self.secrets.admin_token.get_secret_value()))

@@ -43,9 +43,9 @@ LIMIT_S = 60.0
 
 
 def switchboard() -> list[str]:
-    """The console script beside this interpreter (what people run), else `-m bot`."""
-    script = Path(sys.executable).with_name("switchboard")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "bot"]
+    """`switchboard` as `python -m bot` run in the tree of this file (what the
+    console script runs, and so an older tree measures as itself)."""
+    return [sys.executable, "-m", "bot"]
 
 
 def wall(args: list[str], env: dict[str, str] | None = None) -> float:
