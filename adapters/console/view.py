@@ -26,7 +26,6 @@ from collections import deque
 from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console, Group, RenderableType
-from rich.markdown import Markdown
 from rich.spinner import Spinner
 from rich.text import Text
 
@@ -36,6 +35,7 @@ from bot.ports import Progress
 if TYPE_CHECKING:
     from prompt_toolkit.application import Application
     from prompt_toolkit.formatted_text import AnyFormattedText
+    from rich.markdown import Markdown
 
 WAITING = ""
 """The region's run before the run of a message sent has reported."""
@@ -97,7 +97,7 @@ class TerminalView:
         # A new activity is drawn at once; streamed text at the next frame.
         changed = progress.activity != self._activity
         if progress.text != self._text:
-            self._text, self._laid = progress.text, Laid(Markdown(progress.text, hyperlinks=False))
+            self._text, self._laid = progress.text, Laid(_markdown(progress.text, links=False))
         self._activity = progress.activity
         self.screen.redraw(at_once=changed)
 
@@ -188,8 +188,12 @@ class TerminalView:
         return Group(*parts) if parts else None
 
 
-def _markdown(text: str, style: str | None = None) -> Markdown:
-    return Markdown(text, hyperlinks=True, style=style or "none")
+def _markdown(text: str, style: str | None = None, *, links: bool = True) -> Markdown:
+    """`text` rendered as Markdown (rich's, imported at the first reply: with
+    its code highlighting it is a tenth of a second of the chat's start)."""
+    from rich.markdown import Markdown
+
+    return Markdown(text, hyperlinks=links, style=style or "none")
 
 
 class LogLines(io.TextIOBase):
