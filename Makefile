@@ -48,6 +48,7 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 		$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000 --database postgres; fi
 	$(BIN)/python -m tests.benchmarks.flow
 	$(BIN)/python -m tests.benchmarks.instructions
+	$(BIN)/python -m tests.benchmarks.startup
 
 soak: $(STAMP)  ## the real service under kills, database cuts and platform faults, checked message by message (SOAK_MINUTES, SOAK_SEED, SOAK_DATABASE=postgres|sqlite|both; not part of `make test`)
 	$(BIN)/python -m tests.soak

@@ -21,7 +21,7 @@ import logging
 import re
 import secrets as _random
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -244,3 +244,23 @@ def setup_logging(
     root.setLevel(logging.WARNING)
     logging.getLogger("switchboard").setLevel(level)
     return redactor
+
+
+@contextlib.contextmanager
+def logs_through(redirect: Callable[[TextIO], TextIO | None]) -> Iterator[None]:
+    """While inside, each handler of the root logger that writes to a stream
+    writes where `redirect(its stream)` says instead (None: where it did).
+    The terminal chat sends the lines meant for its own terminal through its
+    live view, which prints them above what it draws rather than over it."""
+    moved: list[tuple[logging.StreamHandler[TextIO], TextIO]] = []
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler):
+            target = redirect(handler.stream)
+            if target is not None:
+                moved.append((handler, handler.stream))
+                handler.setStream(target)
+    try:
+        yield
+    finally:
+        for handler, stream in reversed(moved):
+            handler.setStream(stream)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TextIO, runtime_checkable
 
 from bot.llm.types import ImageBlock, LLMRequest, LLMResponse, TextCallback
 
@@ -332,6 +332,8 @@ class Interactive(Protocol):
     returns when the user is done."""
 
     platform: str
+    failed_replies: int
+    """Replies so far that reported a failure (`Reply.kind == "error"`)."""
 
     async def run(self) -> None: ...
 
@@ -346,7 +348,9 @@ class Progress:
     activity: str | None = None
     """"thinking", "using <tool>", …; None once text flows."""
     ended: bool = False
-    """The run is over (its final reply, if any, comes through `send`)."""
+    """The run is over (its final reply, if any, comes through `send`). The
+    `text` of its end is what it leaves on the screen for good: a stopped
+    run's text so far, marked as stopped (empty: nothing)."""
 
 
 @runtime_checkable
@@ -363,6 +367,13 @@ class LiveView(Protocol):
         ...
 
     def show(self, progress: Progress) -> None: ...
+
+    def above(self, stream: TextIO) -> TextIO | None:
+        """Where text meant for `stream` goes while the view is up, when
+        `stream` writes to the view's own terminal (log lines on stderr): a
+        stream printing above the view, never over it. None: `stream` is
+        elsewhere (a file, a pipe); write to it as it is."""
+        ...
 
 
 class LiveMessage(Protocol):

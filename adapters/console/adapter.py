@@ -9,15 +9,19 @@ next is sent: a script gets one reply per line), while `/stop` goes at once.
 EOF (Ctrl-D) ends the chat once the replies still due are out.
 
 Output: when stdout is a TTY, replies are rendered as Markdown and runs are
-shown live (`LiveView`: spinner, tool activity, the reply as it streams);
-otherwise plain text, one reply after another, nothing else. Errors go to
-stderr either way.
+shown live (`LiveView`: spinner, tool activity, the reply as it streams, in a
+region under which the prompt sits; `adapters.console.view`); otherwise plain
+text, one reply after another, nothing else. Errors go to stderr, through the
+live view when stderr is the same terminal (so is a log handler's stream:
+`above`), so that nothing is written over it. `failed_replies` counts the
+replies that reported a failure (a piped chat's exit status).
 """
 
 from __future__ import annotations
 
 import asyncio
 import getpass
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
@@ -58,6 +62,7 @@ class ConsoleAdapter:
         self._view: TerminalView | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flight = 0
+        self.failed_replies = 0
 
     @property
     def channel_id(self) -> str:
@@ -76,9 +81,15 @@ class ConsoleAdapter:
         if self._live and self._view is None:
             from adapters.console.view import TerminalView
 
-            # At a prompt, prompt_toolkit swaps sys.stdout for a proxy that keeps
-            # the prompt below what is printed: follow it rather than the terminal.
-            self._view = TerminalView(None if self.interactive else self._out)
+            self._view = TerminalView(self._out, prompt=self.interactive)
+            self._view.bind()
+
+    def above(self, stream: TextIO) -> TextIO | None:
+        if self._view is None or not _same_terminal(stream, self._out):
+            return None
+        from adapters.console.view import LogLines
+
+        return LogLines(self._view)
 
     async def stop(self) -> None:
         if self._view is not None:
@@ -92,15 +103,15 @@ class ConsoleAdapter:
             self._view.show(progress)
 
     async def send(self, reply: Reply, progress: SendProgress | None = None) -> list[str]:
-        text = reply.text.rstrip()
-        if reply.kind == "error":
-            if self._view is not None:
-                self._view.clear()
+        text, failed = reply.text.rstrip(), reply.kind == "error"
+        self.failed_replies += failed
+        if self._view is None:
+            print(text, file=self._err if failed else self._out, flush=True)
+        elif not failed or _same_terminal(self._err, self._out):
+            self._view.final(text, error=failed)
+        else:  # stderr is elsewhere (a file, a pipe)
+            self._view.clear()
             print(text, file=self._err, flush=True)
-        elif self._view is not None:
-            self._view.final(text)
-        else:
-            print(text, file=self._out, flush=True)
         return []
 
     async def show_typing(self, target: Target) -> None:
@@ -138,6 +149,8 @@ class ConsoleAdapter:
     async def _handle(self, core: Core, text: str) -> None:
         if self._view is not None:
             self._view.waiting()
+            if text.split()[0].lower() in IMMEDIATE:
+                self._view.stopping()
         self._in_flight += 1
         try:
             await core.handle(self.message(text))
@@ -168,10 +181,15 @@ class ConsoleAdapter:
             flush=True,
         )
         session: PromptSession[str] = PromptSession(history=InMemoryHistory())
+        view = self._view
+        if view is not None:  # the live region is drawn above the input line, by the prompt
+            view.attach(session.app)
+        message = view.message if view is not None else "you> "
+        # Anything else written to stdout or stderr meanwhile goes above the prompt too.
         with patch_stdout(raw=True):
             while True:
                 try:
-                    line = await session.prompt_async("you> ")
+                    line = await session.prompt_async(message)
                 except EOFError:
                     return
                 except KeyboardInterrupt:  # Ctrl-C: stop the reply, or leave
@@ -189,6 +207,16 @@ class ConsoleAdapter:
             user_display_name=self.user,
             chat_type="direct",
         )
+
+
+def _same_terminal(a: TextIO, b: TextIO) -> bool:
+    """Whether two streams write to one terminal (stdout and stderr at a shell)."""
+    try:
+        if not (a.isatty() and b.isatty()):
+            return False
+        return os.path.samestat(os.fstat(a.fileno()), os.fstat(b.fileno()))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def default_user(settings: Settings) -> str:

@@ -4,6 +4,10 @@
 (database upgrade, persona sync, provider); `start_adapters()` loads the
 adapters named in config lazily, so a platform library is only imported when
 that platform is enabled.
+
+Over 500 lines: the order in which the service's parts are built, started and
+stopped is one story (each part's own wiring lives in `bot.app.wiring` and the
+parts' packages).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -35,6 +39,7 @@ from bot.agent.guard import Guard
 from bot.agent.loop import AgentLoop
 from bot.app.counted import CountedProvider
 from bot.app.health import DatabaseHealth
+from bot.app.provider import BackgroundProvider
 from bot.app.wiring import build_extras, forget_changes_elsewhere, sync_jobs_changed_elsewhere
 from bot.commands.actions import action_commands
 from bot.commands.core import core_commands
@@ -71,8 +76,9 @@ from bot.tools.registry import ToolRegistry
 from bot.tools.results import GetToolResult, ResultStore
 from bot.tools.web import WebTools, web_tools
 from bot.types import utcnow
-from bot.web.admin import AdminDeps, admin_routes
-from bot.web.server import WebServer
+
+if TYPE_CHECKING:  # imported when `start` serves HTTP: `switchboard chat` never does
+    from bot.web.server import WebServer
 
 if TYPE_CHECKING:
     from bot.mcp.servers import McpServers
@@ -94,15 +100,26 @@ provider, `bot.llm.anthropic`."""
 
 
 def make_provider(settings: Settings, secrets: Secrets) -> Provider:
-    from bot.llm.anthropic import AnthropicProvider
+    return provider_factory(settings, secrets)()
 
-    return AnthropicProvider(
-        api_key=secrets.require("anthropic_api_key"),
-        base_url=settings.llm.base_url,
-        max_retries=settings.llm.max_retries,
-        timeout=settings.llm.timeout_seconds,
-        max_connections=settings.llm.max_in_flight,
-    )
+
+def provider_factory(settings: Settings, secrets: Secrets) -> Callable[[], Provider]:
+    """What builds the configured provider: its settings are checked now (a
+    missing key raises here), the SDK is imported when it is called."""
+    api_key = secrets.require("anthropic_api_key")
+
+    def build() -> Provider:
+        from bot.llm.anthropic import AnthropicProvider
+
+        return AnthropicProvider(
+            api_key=api_key,
+            base_url=settings.llm.base_url,
+            max_retries=settings.llm.max_retries,
+            timeout=settings.llm.timeout_seconds,
+            max_connections=settings.llm.max_in_flight,
+        )
+
+    return build
 
 
 async def import_provider() -> None:
@@ -118,6 +135,9 @@ class App:
     secrets: Secrets
     provider: Provider | None = None
     extra_tools: Sequence[Tool] = ()
+    provider_in_background: bool = False
+    """Without a `provider`: `open` does not wait for the SDK to load; it
+    loads from `provider.start()` or the first call (`BackgroundProvider`)."""
     clock: Clock = utcnow
     """The scheduler's clock (tests pass a controllable one)."""
     instance: str = field(default_factory=lambda: instance_name())
@@ -143,7 +163,10 @@ class App:
 
     async def open(self) -> Pipeline:
         self.web_tools = web_tools(self.settings.web, os.environ, self.metrics)  # config first
-        if self.provider is None:
+        if self.provider is None and self.provider_in_background:
+            build = provider_factory(self.settings, self.secrets)
+            self.provider = BackgroundProvider(build, import_provider)
+        elif self.provider is None:
             await import_provider()
             self.provider = make_provider(self.settings, self.secrets)
         self.store = Store(
@@ -349,6 +372,8 @@ class App:
     async def start(self, created: Sequence[Adapter]) -> None:
         """Serve the adapters' HTTP routes (and /healthz, /readyz, /metrics),
         then start them."""
+        from bot.web.server import WebServer
+
         server = self.settings.server
         self._expected = [adapter.platform for adapter in created]
         self.web = WebServer(
@@ -363,6 +388,8 @@ class App:
             if isinstance(adapter, WebHooks):
                 self.web.add_routes(adapter.routes())
         if self.secrets.admin_token is not None:  # the dashboard; else /admin is 404
+            from bot.web.admin import AdminDeps, admin_routes  # its pages load only then
+
             inbox = self.pipeline.s.inbox
             mcp = self.mcp.statuses if self.mcp is not None else None
             deps = AdminDeps(self.store, self.ops, self.scheduler.jobs, inbox.backlog, mcp)

@@ -5,24 +5,28 @@ Exit status: 0 ok, 1 runtime failure, 2 bad configuration or usage, or a
 service that cannot start (`StartupError`: database unreachable or without its
 schema, a bot token rejected, ...). Errors are one line on stderr, saying what
 is wrong and what to do; `--debug` adds the traceback.
+
+A command imports what it needs when it runs: the group modules import
+nothing heavy at their top, and `main` loads the settings only once the
+arguments are parsed, so `switchboard --version` and `--help` start no more
+than the interpreter and argparse (`tests/cli/test_startup_imports.py`).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from bot import __version__
 from bot.cli import admin, chat, db, jobs, mcp, personas, run, trace
-from bot.cli.common import Command
-from bot.config import Secrets, load_settings
 from bot.errors import BotError, ConfigError, StartupError
-from bot.logs import setup_logging
+
+if TYPE_CHECKING:
+    from bot.cli.common import Command
 
 log = logging.getLogger("switchboard.cli")
 
@@ -59,7 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # --version and --help end here
+    import asyncio
+
+    from bot.config import Secrets, load_settings
+    from bot.logs import setup_logging
+
     debug = getattr(args, "debug", False)
     try:
         settings = load_settings(getattr(args, "config", None))

@@ -18,16 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.cli.common import actor, find_person, open_store, opened
-from bot.config import Secrets, Settings
 from bot.errors import CommandError
-from bot.formatting.text import columns
-from bot.pipeline.intake import Inbox
-from bot.store.instances import Instances
-from bot.store.leases import Leases
-from bot.types import utcnow
+
+if TYPE_CHECKING:  # what the commands use is imported when one runs (`bot.cli`)
+    from bot.config import Secrets, Settings
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -66,6 +62,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_audit(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.cli.common import opened
+    from bot.formatting.text import columns
+
     async with opened(settings) as tools:
         entries = await tools.ops.audit_entries(args.limit)
     rows = [
@@ -88,6 +87,8 @@ async def cmd_audit(args: argparse.Namespace, settings: Settings, secrets: Secre
 
 
 async def cmd_budget(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.cli.common import actor, find_person, opened
+
     async with opened(settings) as tools:
         person = await find_person(tools, args.user)
         ops = tools.ops
@@ -106,6 +107,8 @@ async def cmd_budget(args: argparse.Namespace, settings: Settings, secrets: Secr
 
 
 async def cmd_role(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.cli.common import actor, find_person, opened
+
     async with opened(settings) as tools:
         person = await find_person(tools, args.user)
         print(await tools.ops.set_role(actor(), person, args.role))
@@ -113,6 +116,8 @@ async def cmd_role(args: argparse.Namespace, settings: Settings, secrets: Secret
 
 
 async def cmd_usage(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.cli.common import find_person, opened
+
     async with opened(settings) as tools:
         if args.user:
             text = await tools.ops.usage_text(await find_person(tools, args.user))
@@ -125,6 +130,10 @@ async def cmd_usage(args: argparse.Namespace, settings: Settings, secrets: Secre
 async def cmd_inbox(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
     """The durable inbox as an operator sees it: what is waiting or being worked
     on (and for how long), and what failed (and why)."""
+    from bot.cli.common import open_store
+    from bot.pipeline.intake import Inbox
+    from bot.types import utcnow
+
     store = open_store(settings)
     try:
         await store.upgrade()
@@ -175,6 +184,12 @@ def _age(delta: timedelta) -> str:
 
 async def cmd_instances(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
     """Live instances (seen within a minute), what each holds, and the inbox."""
+    from bot.cli.common import open_store
+    from bot.pipeline.intake import Inbox
+    from bot.store.instances import Instances
+    from bot.store.leases import Leases
+    from bot.types import utcnow
+
     store = open_store(settings)
     try:
         await store.upgrade()

@@ -6,26 +6,27 @@ owner (audited, said once on stderr). `--as USER` chats as another console
 user and grants nothing. Logs go to stderr (or the configured file) at WARNING
 unless `-v`; stdout carries the chat only. On a terminal, runs are followed
 live: the bus's events for the console conversation become `Progress` for the
-adapter, text passing through `StreamFilter` first.
+adapter, text passing through `StreamFilter` first; log lines meant for that
+terminal go through its live view (`LiveView.above`), never over it.
+
+Ready for input before the model's SDK has loaded: it loads in the background
+from then on (`BackgroundProvider`), and the first reply waits for the rest.
+With input from a pipe, the exit status is 1 when a reply failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.accounts.audit import Audit
-from bot.agent.events import Event, EventBus
-from bot.agent.streaming import RunView
-from bot.app import App, load_adapter
-from bot.cli.common import actor
-from bot.config import Secrets, Settings
-from bot.errors import StartupError
-from bot.ports import Interactive, LiveView, Progress
+if TYPE_CHECKING:  # the app is imported when the command runs (`bot.cli`)
+    from bot.agent.events import Event, EventBus
+    from bot.agent.streaming import RunView
+    from bot.app import App
+    from bot.config import Secrets, Settings
+    from bot.ports import Interactive, LiveView, Progress
 
 log = logging.getLogger("switchboard.cli.chat")
 
@@ -52,7 +53,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_chat(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
-    app = App(settings, secrets)
+    from bot.app import App
+
+    app = App(settings, secrets, provider_in_background=True)
     try:
         await app.open()
         return await chat_in_terminal(app, settings, args.as_user)
@@ -61,7 +64,18 @@ async def cmd_chat(args: argparse.Namespace, settings: Settings, secrets: Secret
 
 
 async def chat_in_terminal(app: App, settings: Settings, user: str | None) -> int:
-    """Attach the console adapter to an opened app and chat until the user is done."""
+    """Attach the console adapter to an opened app and chat until the user is
+    done. The exit status: 0, or 1 when input came from a pipe and a reply
+    failed (a script learns that its question was not answered)."""
+    import asyncio
+    import contextlib
+
+    from bot.app import load_adapter
+    from bot.app.provider import BackgroundProvider
+    from bot.errors import StartupError
+    from bot.logs import logs_through
+    from bot.ports import Interactive, LiveView
+
     if user:
         settings = settings.model_copy(
             update={"console": settings.console.model_copy(update={"user": user})}
@@ -75,22 +89,29 @@ async def chat_in_terminal(app: App, settings: Settings, user: str | None) -> in
     await console.start(app.pipeline)
     await app.start_scheduler([console.platform])
     app.start_recovery([console.platform])
+    view = console if isinstance(console, LiveView) and console.live else None
     follower: asyncio.Task[None] | None = None
     live = settings.streaming.enabled_for(console.platform)  # else each reply comes whole
-    if live and isinstance(console, LiveView) and console.live:
-        follower = asyncio.create_task(follow_runs(app.pipeline.s.bus, console))
+    if live and view is not None:
+        follower = asyncio.create_task(follow_runs(app.pipeline.s.bus, view))
+    if isinstance(app.provider, BackgroundProvider):
+        app.provider.start()  # ready for input: the SDK loads while the person types
     try:
-        await console.run()
+        with logs_through(view.above if view is not None else lambda _stream: None):
+            await console.run()
     finally:
         if follower is not None:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await follower
-    return 0
+    return 1 if console.failed_replies and not sys.stdin.isatty() else 0
 
 
 async def claim_owner(app: App, console: Interactive) -> None:
     """On a database with no owner yet, the operator's console user becomes one."""
+    from bot.accounts.audit import Audit
+    from bot.cli.common import actor
+
     account = getattr(console, "user", None)
     if not isinstance(account, str):
         return
@@ -124,9 +145,15 @@ async def follow_runs(bus: EventBus, view: LiveView) -> None:
 
 
 def _progress(event: Event, runs: dict[str, RunView]) -> Progress:
+    from bot.agent.streaming import RunView
+    from bot.pipeline.live import stopped_text
+    from bot.ports import Progress
+
     if event.type in ("run.completed", "run.failed", "run.cancelled"):
-        runs.pop(event.run_id, None)
-        return Progress(event.run_id, ended=True)
+        run = runs.pop(event.run_id, None)
+        stopped = event.type == "run.cancelled" and event.data.get("reason") == "stop"
+        left = run.text if run is not None and stopped else ""  # a stopped run's text stays
+        return Progress(event.run_id, stopped_text(left) if left.strip() else "", ended=True)
     run = runs.get(event.run_id)
     if run is None or event.type == "run.started":
         run = runs[event.run_id] = RunView()

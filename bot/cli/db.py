@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.cli.common import open_store
-from bot.config import Secrets, Settings
+if TYPE_CHECKING:  # what the commands use is imported when one runs (`bot.cli`)
+    from bot.config import Secrets, Settings
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -22,6 +22,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_db_upgrade(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.cli.common import open_store
     from bot.store.migrate import current
 
     store = open_store(settings)
@@ -34,6 +35,7 @@ async def cmd_db_upgrade(args: argparse.Namespace, settings: Settings, secrets: 
 
 
 async def cmd_db_check(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.cli.common import open_store
     from bot.store.migrate import drift
 
     store = open_store(settings)

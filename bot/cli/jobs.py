@@ -12,14 +12,13 @@ writer next looks for other processes' writes), at worst within
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.cli.common import actor, opened
-from bot.config import Secrets, Settings
 from bot.errors import CommandError
-from bot.formatting.text import plural
-from bot.scheduling.jobs import Action
-from bot.types import utcnow
+
+if TYPE_CHECKING:  # what the commands use is imported when one runs (`bot.cli`)
+    from bot.config import Secrets, Settings
+    from bot.scheduling.jobs import Action
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -40,6 +39,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_jobs_list(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.cli.common import opened
+    from bot.formatting.text import plural
+
     async with opened(settings) as tools:
         infos = await tools.jobs.listing(include_closed=args.all)
         owners = {i.job.owner_user_id for i in infos}
@@ -73,6 +75,9 @@ async def cmd_jobs_list(args: argparse.Namespace, settings: Settings, secrets: S
 
 
 async def cmd_jobs_change(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.cli.common import actor, opened
+    from bot.types import utcnow
+
     action: Action = args.action
     async with opened(settings) as tools:
         job = await tools.jobs.change(args.job_id, action, utcnow())

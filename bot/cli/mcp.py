@@ -15,11 +15,12 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.config import McpServerSettings, Secrets, Settings
 from bot.errors import CommandError, ToolFailed
-from bot.formatting.text import columns, plural
+
+if TYPE_CHECKING:  # imported when the command runs (`bot.cli`: --version loads no config)
+    from bot.config import McpServerSettings, Secrets, Settings
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -46,6 +47,7 @@ def _server(settings: Settings, name: str) -> McpServerSettings:
 
 
 async def cmd_mcp_list(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.formatting.text import columns, plural
     from bot.mcp.probe import probe
 
     names = [args.server] if args.server else list(settings.mcp.servers)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.config import Secrets, Settings
+if TYPE_CHECKING:  # what the command uses is imported when it runs (`bot.cli`)
+    from bot.config import Secrets, Settings
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import gc
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.app import App
-from bot.cli.chat import chat_in_terminal
 from bot.cli.startup_logs import HeldLogs
-from bot.config import Secrets, Settings
+
+if TYPE_CHECKING:  # the app is imported when the command runs (`bot.cli`)
+    from bot.config import Secrets, Settings
 
 log = logging.getLogger("switchboard.cli")
 
@@ -25,6 +24,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from bot.app import App
+    from bot.cli.chat import chat_in_terminal
+
     platforms = settings.enabled_platforms()
     if not platforms and sys.stdin.isatty() and not getattr(args, "debug", False):
         logs = logging.getLogger("switchboard")  # a chat's screen: warnings only
@@ -88,6 +90,8 @@ def settle_heap(*, collect: bool) -> None:
 
 
 async def _wait_for_stop() -> None:
+    import asyncio
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -13,21 +13,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from bot.accounts.directory import Directory, UnknownUser
-from bot.accounts.identity import Identity
-from bot.cli.common import open_store
-from bot.config import Secrets, Settings
 from bot.errors import CommandError, StartupError
-from bot.formatting.text import columns, noun
-from bot.store.models import Run, TraceSpan
-from bot.store.traces import RunLine, Trace, load_trace, recent_runs
 
-__all__ = ["RunLine", "Trace", "format_runs", "format_trace", "load_trace", "recent_runs"]
+if TYPE_CHECKING:  # what the commands use is imported when one runs (`bot.cli`)
+    from datetime import datetime
+
+    from bot.config import Secrets, Settings
+    from bot.store.models import Run, TraceSpan
+    from bot.store.traces import RunLine, Trace
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -57,6 +52,13 @@ def _positive(text: str) -> int:
 
 
 async def cmd_trace_list(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from bot.accounts.directory import Directory, UnknownUser
+    from bot.accounts.identity import Identity
+    from bot.cli.common import open_store
+    from bot.store.traces import recent_runs
+
     store = open_store(settings)
     try:
         user_id = None
@@ -82,6 +84,8 @@ async def cmd_trace_list(args: argparse.Namespace, settings: Settings, secrets: 
 
 def format_runs(lines: list[RunLine]) -> list[str]:
     """A header and one aligned line per run."""
+    from bot.formatting.text import columns
+
     rows = [["RUN", "STARTED (UTC)", "CONVERSATION", "USER", "STATUS", "TOKENS", "DURATION"]]
     for line in lines:
         run = line.run
@@ -100,6 +104,11 @@ def format_runs(lines: list[RunLine]) -> list[str]:
 
 
 async def cmd_trace_show(args: argparse.Namespace, settings: Settings, secrets: Secrets) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from bot.cli.common import open_store
+    from bot.store.traces import load_trace
+
     store = open_store(settings)
     try:
         trace = await load_trace(store, args.run_id)
@@ -117,6 +126,8 @@ async def cmd_trace_show(args: argparse.Namespace, settings: Settings, secrets: 
 
 
 def format_trace(trace: Trace) -> str:
+    from bot.formatting.text import noun
+
     run = trace.run
     llm_calls = sum(1 for s in trace.spans if s.kind == "llm")
     lines = [

@@ -382,16 +382,15 @@ class Store:
         """Apply every Alembic migration (idempotent), then check that every table
         is there. A failure is a `StartupError` saying what is wrong and what to do
         (`bot.store.diagnose`)."""
-        from alembic.util.exc import CommandError
-
-        from bot.store.migrate import absent_tables, current, upgrade
+        from bot.store.migrate import MigrationError, absent_tables, at_head, current, upgrade
 
         try:
-            await upgrade(self.engine)
+            if not await at_head(self.engine):  # else Alembic would find nothing to do
+                await upgrade(self.engine)
             absent = await absent_tables(self.engine)
             if absent:
                 raise missing_tables(self.url, absent, await current(self.engine))
-        except (SQLAlchemyError, CommandError, OSError) as exc:
+        except (SQLAlchemyError, MigrationError, OSError) as exc:
             raise explain(exc, self.url, self.schema) from exc
 
     async def dispose(self) -> None:

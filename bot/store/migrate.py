@@ -1,14 +1,26 @@
-"""Alembic, driven programmatically with our engine's connection."""
+"""Alembic, driven programmatically with our engine's connection.
+
+Every start asks for an upgrade. A database already at the newest revision
+(`at_head`: its `alembic_version` names the head of migrations/versions, read
+from the files' text) is left as it is without Alembic: importing and running
+it to find nothing to do was a second of `switchboard chat`'s start on this
+project's loaded 2-core machine. Anything else (a new database, one behind,
+one ahead, branches) goes to Alembic, which migrates or says what is wrong.
+"""
 
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -29,6 +41,8 @@ def include_object(
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if connection is not None:
@@ -39,13 +53,64 @@ def alembic_config(connection: Connection | None = None) -> Config:
 MIGRATION_LOCK = 0x5357_4D49_4752_4154  # "SWMIGRAT": one migrating process at a time
 
 
+_REVISION = re.compile(r"""^revision\b[^=\n]*=\s*["']([^"']+)["']""", re.MULTILINE)
+_DOWN_REVISION = re.compile(r"^down_revision\b[^=\n]*=(.*)$", re.MULTILINE)
+_QUOTED = re.compile(r"""["']([^"']+)["']""")
+
+
+@functools.cache
+def head(versions: Path = MIGRATIONS_DIR / "versions") -> str | None:
+    """The newest revision in `versions`, read from the files' text: the one
+    that no other names as its down_revision. None when that is not exactly
+    one (branches) or a file does not read as a migration: Alembic decides."""
+    revisions: set[str] = set()
+    earlier: set[str] = set()
+    for path in versions.glob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        revision, down = _REVISION.search(source), _DOWN_REVISION.search(source)
+        if revision is None and down is None:
+            continue  # not a migration (__init__.py)
+        if revision is None or down is None:
+            return None
+        revisions.add(revision.group(1))
+        earlier.update(_QUOTED.findall(down.group(1)))
+    heads = revisions - earlier
+    return heads.pop() if len(heads) == 1 else None
+
+
+async def at_head(engine: AsyncEngine) -> bool:
+    """Whether the database is migrated to the newest revision (`head`). A
+    database that cannot be reached raises, as Alembic would."""
+    newest = head()
+    if newest is None:
+        return False
+
+    def _run(connection: Connection) -> list[str]:
+        if not inspect(connection).has_table("alembic_version"):
+            return []
+        return list(connection.execute(text("SELECT version_num FROM alembic_version")).scalars())
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(_run) == [newest]
+
+
+class MigrationError(Exception):
+    """Alembic could not migrate (its `CommandError`: a revision it does not
+    know, ...); the message is Alembic's."""
+
+
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     """Apply migrations. On PostgreSQL, instances starting together take turns
     (a transaction-scoped advisory lock): the first migrates, the others find
     the schema current."""
+    from alembic import command
+    from alembic.util.exc import CommandError
 
     def _run(connection: Connection) -> None:
-        command.upgrade(alembic_config(connection), revision)
+        try:
+            command.upgrade(alembic_config(connection), revision)
+        except CommandError as exc:
+            raise MigrationError(str(exc)) from exc
 
     async with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
@@ -55,7 +120,6 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
 
 async def absent_tables(engine: AsyncEngine) -> list[str]:
     """The models' tables that the database lacks (sorted; [] = all there)."""
-    from sqlalchemy import inspect
     from sqlmodel import SQLModel
 
     import bot.store.models  # noqa: F401  (registers the tables)

@@ -13,8 +13,9 @@ import pytest
 from sqlmodel import col, select
 
 from bot.agent.events import Event, EventBus, RunEvents
-from bot.cli.trace import format_trace, load_trace
+from bot.cli.trace import format_trace
 from bot.store.models import TraceSpan
+from bot.store.traces import load_trace
 from tests.conftest import Database
 from tests.fakes.anthropic import FakeUsage, overloaded_error, text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TEST_API_KEY
-from tests.fakes.anthropic import FakeAnthropic, FakeUsage, text_reply
+from tests.fakes.anthropic import FakeAnthropic, FakeUsage, auth_error, text_reply
 from tests.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -125,9 +125,27 @@ def test_provider_failure_is_reported_on_stderr(tmp_path: Path):
             "SWITCHBOARD__LLM__MAX_RETRIES": "0",
         },
     )
-    assert result.returncode == 0
+    assert result.returncode == 1  # piped: a script learns that it got no answer
     assert result.stdout == ""
     assert "couldn't get an answer from the AI service" in result.stderr
+
+
+def test_a_failed_reply_makes_a_piped_chat_exit_non_zero(
+    fake_anthropic_thread: FakeAnthropic, tmp_path: Path
+):
+    # The key is rejected for the second question only: the others are answered, and
+    # the script learns from the exit status that one of its questions was not.
+    fake_anthropic_thread.script("First answer.", auth_error(), "Third answer.")
+    result = run_cli(
+        ["chat", "--user", "bob"],
+        "one\ntwo\nthree\n",
+        fake=fake_anthropic_thread,
+        db=tmp_path / "db.sqlite",
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines() == ["First answer.", "Third answer."]
+    assert fake_anthropic_thread.request_count == 3
+    assert result.stderr.strip() and "Traceback" not in result.stderr
 
 
 # -- startup errors: one line, non-zero status, no traceback -------------------------------

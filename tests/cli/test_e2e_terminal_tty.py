@@ -15,9 +15,10 @@ import termios
 import threading
 from pathlib import Path
 
-from tests.cli.test_e2e_terminal import child_env
+from tests.cli.test_e2e_terminal import LONG, child_env
 from tests.fakes.anthropic import FakeAnthropic, text_reply, tool_use_reply
 from tests.paths import REPO_ROOT
+from tests.terminal import Terminal, garbled, is_log_line
 
 
 def chat_on_a_terminal(
@@ -148,3 +149,43 @@ def test_tool_activity_is_shown_while_the_tool_runs(
     text = out.decode("utf-8", "replace")
     assert "using current_time…" in text
     assert "It is noon." in text
+
+
+def test_without_a_prompt_logs_go_above_the_reply_and_stop_keeps_its_text(
+    fake_anthropic_thread: FakeAnthropic, tmp_path: Path
+):
+    """stdin piped, stdout and stderr on one terminal (the live display, no
+    prompt): with -v the run's log lines are printed above the streaming reply,
+    never into it; /stop leaves the text so far marked; a reply longer than the
+    screen is kept whole."""
+    long = " ".join(f"word{i}" for i in range(400)) + " THE-END"
+    fake_anthropic_thread.script(
+        text_reply(LONG, chunk_size=4, chunk_delay=0.05),
+        text_reply(long, chunk_size=12, chunk_delay=0.01),
+    )
+    env = child_env(fake_anthropic_thread, tmp_path / "db.sqlite", TERM="xterm-256color")
+    terminal = Terminal([sys.executable, "-m", "bot", "chat", "-v"], env, stdin_piped=True)
+    stdin = terminal.proc.stdin
+    assert stdin is not None
+    try:
+        stdin.write(b"tell me a long story\n")
+        stdin.flush()
+        terminal.wait_on_screen(lambda lines: "word30" in " ".join(lines), "no word30")
+        stdin.write(b"/stop\nand a longer one\n")
+        stdin.close()  # EOF: the chat ends once both are answered
+        status = terminal.close()
+    finally:
+        terminal.proc.kill()
+    assert status == 0, terminal.text()
+    lines = terminal.transcript()
+    assert not garbled(lines)
+    assert [line for line in lines if is_log_line(line) and " INFO " in line]
+    assert not [line for line in lines if is_log_line(line) and "word" in line]
+    stopped = lines.index("(stopped)")
+    assert "Stopped." in lines[stopped + 1 :]
+    first = " ".join(line for line in lines[:stopped] if not is_log_line(line)).split()
+    partial = [w for w in first if w.startswith("word")]
+    assert len(partial) > 30
+    assert partial[:-1] == [f"word{i}" for i in range(len(partial) - 1)]
+    after = " ".join(line for line in lines[stopped:] if not is_log_line(line)).split()
+    assert [w for w in after if w.startswith("word") or w == "THE-END"] == long.split()

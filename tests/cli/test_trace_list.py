@@ -9,7 +9,7 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.cli.trace import recent_runs
+from bot.store.traces import recent_runs
 from tests.cli.seed import SeedRun, seed
 from tests.cli.test_e2e_chat import run_cli
 from tests.fakes.anthropic import FakeUsage, text_reply
