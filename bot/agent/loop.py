@@ -46,6 +46,7 @@ from bot.agent.server_tools import read_results, server_spans, sources_line
 from bot.agent.state import RunInput, RunSpec, RunState
 from bot.agent.traces import Span, Timer
 from bot.errors import ContextWindowExceeded, ProviderError
+from bot.llm.capabilities import fitted
 from bot.llm.tokens import messages_tokens, prompt_tokens, text_tokens
 from bot.llm.types import (
     Block,
@@ -170,6 +171,7 @@ class _Run:
     async def _complete(self, wrap_up: bool) -> LLMResponse:
         spec = self.spec
         messages, history_end = concat(self.history, self.view)
+        messages = fitted(messages, self.loop.provider, spec.model)  # what the model takes
         volatile = "\n\n".join(p for p in (spec.volatile, WRAP_UP if wrap_up else "") if p)
         request = LLMRequest(
             model=spec.model,

@@ -21,6 +21,7 @@ from pydantic import (
     ValidationError,
 )
 
+from bot.config.media import MediaSettings, TranscriptionSettings
 from bot.config.sections import (
     DEFAULT_MODEL_LIMITS,
     DEFAULT_PRICES,
@@ -67,6 +68,7 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "InboxSettings",
     "LLMSettings",
     "LoggingSettings",
+    "MediaSettings",
     "ModelLimits",
     "PersonaSettings",
     "Price",
@@ -82,6 +84,7 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "StreamingSettings",
     "TelegramSettings",
     "TokenAllowance",
+    "TranscriptionSettings",
     "WebSearchSettings",
     "WebSettings",
     "load_settings",
@@ -108,6 +111,7 @@ class Settings(Section):
     inbox: InboxSettings = InboxSettings()
     streaming: StreamingSettings = StreamingSettings()
     web: WebSettings = WebSettings()
+    media: MediaSettings = MediaSettings()
 
     def require_mention(self, platform: str) -> bool:
         section = getattr(self, platform, None)
