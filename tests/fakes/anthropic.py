@@ -418,6 +418,10 @@ def _tool_ids(msg: Any, kind: str) -> list[str]:
     return [str(b.get(key)) for b in _blocks(msg.get("content")) if b.get("type") == kind]
 
 
+IMAGE_MAX_BASE64 = 5 * 1024 * 1024
+"""The Messages API refuses an image whose base64 is longer (a 400)."""
+
+
 def _validate_message(i: int, messages: Sequence[dict[str, Any]]) -> str | None:
     msg = messages[i]
     content = msg.get("content")
@@ -435,6 +439,14 @@ def _validate_message(i: int, messages: Sequence[dict[str, Any]]) -> str | None:
                 source.get("media_type") and source.get("data")
             ):
                 return f"messages.{i}.content.{j}.source: media_type and data are required"
+            if len(str(source.get("data") or "")) > IMAGE_MAX_BASE64:
+                return f"messages.{i}.content.{j}.image.source.base64: image exceeds 5 MB maximum"
+        if btype == "document":
+            source = block.get("source") or {}
+            if source.get("type") != "base64" or source.get("media_type") != "application/pdf":
+                return f"messages.{i}.content.{j}.source: a base64 PDF source is expected"
+            if not source.get("data"):
+                return f"messages.{i}.content.{j}.source.data: required"
         if btype in ("tool_use", "tool_result") and msg["role"] != (
             "assistant" if btype == "tool_use" else "user"
         ):
