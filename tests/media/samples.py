@@ -22,7 +22,9 @@ BLUE = (0, 0, 255)
 RED = (220, 20, 20)
 
 
-def photo(width: int = 4000, height: int = 3000, *, orientation: int = 1, noise: bool = True) -> bytes:
+def photo(
+    width: int = 4000, height: int = 3000, *, orientation: int = 1, noise: bool = True
+) -> bytes:
     """A phone photo: red, with a blue band along its top edge as stored (so an
     applied rotation can be seen), noisy enough to weigh megabytes, and the
     EXIF orientation tag."""
@@ -49,7 +51,9 @@ def animated_gif(frames: int = 3) -> bytes:
     return out.getvalue()
 
 
-def encoded(fmt: str, size: tuple[int, int] = (300, 200), colour: tuple[int, int, int] = BLUE) -> bytes:
+def encoded(
+    fmt: str, size: tuple[int, int] = (300, 200), colour: tuple[int, int, int] = BLUE
+) -> bytes:
     """A plain image in `fmt` ("HEIF", "TIFF", "BMP", "AVIF", "PNG", …)."""
     out = io.BytesIO()
     Image.new("RGB", size, colour).save(out, fmt)
@@ -99,7 +103,9 @@ def pdf(pages: int, text: str = "Page {n} of the report.", *, lines: int = 1) ->
     out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
     for offset in offsets:
         out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    out.write(
+        b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    )
     return out.getvalue()
 
 
@@ -121,7 +127,9 @@ def word_with_table() -> bytes:
     document.add_heading("Quarterly figures", level=1)
     document.add_paragraph("The numbers for the board.")
     table = document.add_table(rows=3, cols=3)
-    for r, row in enumerate([["Region", "Q1", "Q2"], ["North", "120", "135"], ["South", "98", "101"]]):
+    for r, row in enumerate(
+        [["Region", "Q1", "Q2"], ["North", "120", "135"], ["South", "98", "101"]]
+    ):
         for c, value in enumerate(row):
             table.cell(r, c).text = value
     document.add_paragraph("Ship it", style="List Bullet")

@@ -36,7 +36,11 @@ def test_slides_with_their_notes() -> None:
 
 def test_csv_html_and_epub() -> None:
     assert to_markdown("csv", b"a,b\n1,2\n") == "| a | b |\n| --- | --- |\n| 1 | 2 |"
-    page = b"<html><body><article><h1>Otters</h1><p>" + b"Otters swim. " * 30 + b"</p></article></body></html>"
+    page = (
+        b"<html><body><article><h1>Otters</h1><p>"
+        + b"Otters swim. " * 30
+        + b"</p></article></body></html>"
+    )
     assert "Otters swim." in to_markdown("html", page)
     book = to_markdown("epub", samples.epub(["first words", "second words"]))
     assert book.index("second words") < book.index("first words")  # the spine's order

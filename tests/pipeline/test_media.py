@@ -9,7 +9,6 @@ import base64
 import io
 import logging
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,12 +18,12 @@ from sqlmodel import col, select
 from bot.store.models import InboxItem, Message, Run, StoredFile, StoredToolResult
 from bot.types import Attachment
 from tests.fakes.anthropic import last_user_text, text_reply, tool_call, tool_use_reply
-from tests.fakes.transcription import KEY, FakeTranscription
+from tests.fakes.transcription import KEY
 from tests.harness import RecordingAdapter, message
 from tests.media import samples
+from tests.media.fixtures import KEY_ENV, VOICE, listening, speech
 
-KEY_ENV = "SWITCHBOARD_TEST_TRANSCRIPTION_KEY"
-VOICE = samples.ogg_opus(4.2)
+__all__ = ["speech"]  # a fixture
 
 
 async def open_app(make_app, **sections):  # type: ignore[no-untyped-def]
@@ -33,24 +32,6 @@ async def open_app(make_app, **sections):  # type: ignore[no-untyped-def]
     adapter = RecordingAdapter()
     app.attach(adapter)
     return app, adapter
-
-
-@pytest.fixture
-async def speech(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTranscription]:
-    monkeypatch.setenv(KEY_ENV, KEY)
-    async with FakeTranscription(transcripts={VOICE: "Book the room for Friday at ten."}) as fake:
-        yield fake
-
-
-def listening(speech: FakeTranscription, **options: Any) -> dict[str, Any]:
-    return {
-        "transcription": {
-            "base_url": speech.base_url,
-            "model": "whisper-large-v3-turbo",
-            "api_key_env": KEY_ENV,
-            **options,
-        }
-    }
 
 
 def file(name: str, data: bytes, mime: str | None = None, kind: str = "document") -> Attachment:
@@ -67,7 +48,7 @@ def sent_blocks(fake: Any, request: int = -1) -> list[dict[str, Any]]:
 async def test_a_phone_photo_reaches_the_model_upright_shrunk_and_the_original_is_kept(
     make_app, fake_anthropic
 ):
-    app, adapter = await open_app(make_app)
+    app, _ = await open_app(make_app)
     original = samples.photo(4000, 3000, orientation=6)
     photo = file("photo.jpg", original, "image/jpeg", kind="image")
     assert (await app.pipeline.handle(message("what's this?", attachments=(photo,)))).status == (
@@ -79,7 +60,7 @@ async def test_a_phone_photo_reaches_the_model_upright_shrunk_and_the_original_i
     assert len(image["source"]["data"]) < 5 * 1024 * 1024
     copy = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))
     assert copy.size == (1176, 1568) and 0x0112 not in copy.getexif()
-    r, g, b = copy.convert("RGB").getpixel((copy.width - 5, copy.height // 2))
+    r, _, b = copy.convert("RGB").getpixel((copy.width - 5, copy.height // 2))
     assert b > 200 and r < 60  # turned clockwise: the stored top edge is on the right
     async with app.store.read() as s:
         stored = (await s.exec(select(StoredFile))).one()
@@ -213,9 +194,7 @@ async def test_the_budget_reservation_counts_a_documents_pages(make_app, fake_an
     assert fake_anthropic.request_count == 0
     assert "token allowance" in adapter.texts[-1]
     short = file("short.pdf", samples.pdf(1), "application/pdf")
-    assert (await app.pipeline.handle(message("read", attachments=(short,)))).status == (
-        "answered"
-    )
+    assert (await app.pipeline.handle(message("read", attachments=(short,)))).status == ("answered")
 
 
 # -- limits -------------------------------------------------------------------------
