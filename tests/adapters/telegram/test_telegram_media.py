@@ -36,7 +36,7 @@ async def test_a_photo_file_and_a_pdf_reach_the_model(rig, library, fake_anthrop
                 "mime_type": "image/jpeg",
                 "file_size": len(original),
             },
-        )  # fmt: skip
+        )
     )
     report = samples.pdf(3)
     pdf_id = rig.telegram.add_file(report)
@@ -50,7 +50,7 @@ async def test_a_photo_file_and_a_pdf_reach_the_model(rig, library, fake_anthrop
                 "mime_type": "application/pdf",
                 "file_size": len(report),
             },
-        )  # fmt: skip
+        )
     )
 
     first, second = fake_anthropic.requests
@@ -78,7 +78,7 @@ async def test_a_voice_note_is_transcribed_and_answered_under_its_quote(
                 "mime_type": "audio/ogg",
                 "file_size": len(VOICE),
             },
-        )  # fmt: skip
+        )
     )
 
     [upload] = speech.uploads
@@ -110,7 +110,7 @@ async def test_the_transcription_service_down_is_one_line_and_kept(
                 "mime_type": "audio/ogg",
                 "file_size": len(VOICE),
             },
-        )  # fmt: skip
+        )
     )
     assert [c.visible_text for c in rig.telegram.sent()] == [
         "I couldn't transcribe your voice message: the transcription service is not working "
