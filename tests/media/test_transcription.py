@@ -110,3 +110,47 @@ async def test_garbage_is_not_a_transcript() -> None:
     finally:
         await client.aclose()
         await runner.cleanup()
+
+
+def test_a_missing_ffprobe_is_one_warning_at_start(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    from bot.config.media import MediaSettings
+    from bot.media import build_media
+
+    monkeypatch.setattr("bot.media.audio.shutil.which", lambda name: None)
+    caplog.set_level(logging.WARNING, logger="switchboard.media")
+    build_media(MediaSettings(), None, {})  # no transcription: nothing to look for
+    assert caplog.records == []
+    settings = MediaSettings.model_validate(
+        {"transcription": {"base_url": "http://127.0.0.1:9/v1"}}
+    )
+    media = build_media(settings, None, {})
+    [warning] = caplog.records
+    assert warning.levelno == logging.WARNING and "ffprobe" in warning.getMessage()
+    assert media.ffprobe is None and media.transcriber is not None
+
+
+async def test_audio_of_unknown_length_is_estimated_from_its_size(
+    service: FakeTranscription,
+) -> None:
+    """A container mutagen does not read, no ffprobe, no platform figure: the
+    length is taken as at most 16 kbit/s, so a long one is still refused."""
+    from bot.config.media import MediaSettings
+    from bot.media import Media, Sender
+    from bot.types import Attachment, IncomingMessage
+
+    settings = MediaSettings.model_validate(
+        {"transcription": {"base_url": service.base_url, "max_seconds": 60}}
+    )
+    media = Media(settings, transcriber=Transcriber(settings.transcription, KEY))
+    webm = b"\x1a\x45\xdf\xa3" + bytes(200_000)  # 100 s at 16 kbit/s
+    clip = Attachment("audio", "f1", "clip.webm", "audio/webm", len(webm), data=webm)
+    msg = IncomingMessage("slack", "U1", "D1", "", attachments=(clip,))
+    try:
+        prepared = await media.prepare(msg, Sender(1, 1))
+    finally:
+        await media.transcriber.aclose()  # type: ignore[union-attr]
+    [part] = prepared.parts
+    assert part.problem == "it is 1:40 long; I transcribe voice messages of up to 1:00"
+    assert service.uploads == []

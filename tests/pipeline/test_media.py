@@ -15,8 +15,12 @@ import pytest
 from PIL import Image
 from sqlmodel import col, select
 
+from bot.app.service import App
+from bot.config import Secrets
+from bot.llm.anthropic import AnthropicProvider
 from bot.store.models import InboxItem, Message, Run, StoredFile, StoredToolResult
 from bot.types import Attachment
+from tests.conftest import TEST_API_KEY, make_settings
 from tests.fakes.anthropic import last_user_text, text_reply, tool_call, tool_use_reply
 from tests.fakes.transcription import KEY
 from tests.harness import RecordingAdapter, message
@@ -315,3 +319,27 @@ async def test_files_in_order_of_their_ids_in_the_files_table(make_app, fake_ant
     async with app.store.read() as s:
         stored = (await s.exec(select(StoredFile).order_by(col(StoredFile.id)))).all()
     assert [(f.name, f.data) for f in stored] == [("a.gif", gif), ("b.txt", b"hi")]
+
+
+async def test_a_provider_that_takes_no_documents_gets_the_pdfs_text(database, fake_anthropic):
+    """The capability is asked through the wrappers at each call: a provider
+    answering no (as an OpenAI-compatible one may) gets the extracted text."""
+
+    class NoDocuments(AnthropicProvider):
+        def supports(self, model: str, feature: str) -> bool:  # type: ignore[override]
+            return feature != "documents"
+
+    provider = NoDocuments(api_key=TEST_API_KEY, base_url=fake_anthropic.base_url, max_retries=0)
+    settings = make_settings(database, fake_anthropic, budgets={"guest": "unlimited"})
+    app = App(settings, Secrets(anthropic_api_key=TEST_API_KEY), provider=provider)  # type: ignore[arg-type]
+    await app.open()
+    try:
+        app.attach(RecordingAdapter())
+        report = file("report.pdf", samples.pdf(3), "application/pdf")
+        await app.pipeline.handle(message("summarise", attachments=(report,)))
+    finally:
+        await app.close(drain_timeout=1)
+    blocks = sent_blocks(fake_anthropic)
+    assert "document" not in [b["type"] for b in blocks]
+    text = next(b["text"] for b in blocks if '<document name="report.pdf">' in b.get("text", ""))
+    assert "--- page 3 ---\nPage 3 of the report." in text
