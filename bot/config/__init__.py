@@ -255,7 +255,9 @@ def _describe(exc: ValidationError, source: str, overridden: set[str]) -> str:
         problem = "unknown setting"
     else:
         problem = error["msg"].removeprefix("Value error, ")
-        if "input" in error and not isinstance(error["input"], dict | list):
+        # A bad `*_env` value may be the secret itself, pasted there: never echoed.
+        shown = "input" in error and not isinstance(error["input"], dict | list)
+        if shown and not key.endswith("_env"):
             problem += f" (got {error['input']!r})"
     more = len(exc.errors()) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""

@@ -59,7 +59,9 @@ def raw_image_tokens(width: int, height: int) -> int:
 
 
 def document_tokens(block: DocumentBlock) -> int:
-    return text_tokens(block.text) + block.pages * PAGE_TOKENS
+    """A document read as one: its whole text and each page as an image."""
+    chars = max(len(block.text), block.chars)
+    return -(-chars // CHARS_PER_TOKEN) + block.pages * PAGE_TOKENS
 
 
 def block_tokens(block: Block) -> int:

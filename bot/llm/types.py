@@ -55,6 +55,9 @@ class DocumentBlock:
     pages: int = 1
     text: str = field(default="", repr=False)
     """What the model reads when the provider takes no documents."""
+    chars: int = 0
+    """The length of the document's whole text, which the provider reads when
+    it takes the document (`text` may be cut): the token estimate's basis."""
 
     @property
     def fallback(self) -> TextBlock:

@@ -22,8 +22,10 @@ log = logging.getLogger("switchboard.media")
 
 NATIVE_MAX_PAGES = 100
 """The most pages the Messages API reads from one PDF."""
-NATIVE_MAX_BYTES = 24 * 1024 * 1024
-"""A PDF whose base64 (4/3 larger) keeps the request under the API's 32 MB."""
+NATIVE_MAX_BYTES = 20 * 1024 * 1024
+"""The largest PDF sent as a document: its base64 (4/3 larger, under 27 MB)
+leaves room under the API's 32 MB request limit for the rest. Several PDFs
+in one request are held to the request's limits by `bot.llm.capabilities`."""
 MAX_TEXT_PAGES = 2000
 """Text is read from at most this many pages; the rest are named as left out."""
 

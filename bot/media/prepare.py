@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,8 @@ class Part:
     problem: str | None = None
     """Why it could not be used, for the user."""
     transcript: str | None = None
+    heading: str = ""
+    """What the note says before the transcript ("[Voice message …, transcribed]")."""
     seconds: float = 0.0
     """Audio transcribed."""
     chars: int = 0
@@ -95,6 +98,18 @@ class Prepared:
     @property
     def transcripts(self) -> tuple[str, ...]:
         return tuple(p.transcript for p in self.parts if p.transcript)
+
+    def retold(self, transcripts: Sequence[str]) -> Prepared:
+        """The same, its `transcripts` replaced in order (as the input guard
+        passed them: notes added, NUL characters removed)."""
+        told = iter(transcripts)
+        parts = []
+        for part in self.parts:
+            if part.transcript:
+                text = next(told)
+                part = dataclasses.replace(part, transcript=text, note=f"{part.heading}: {text}")
+            parts.append(part)
+        return dataclasses.replace(self, parts=tuple(parts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +226,9 @@ class Media:
         if not native:
             return Part((TextBlock(text),), note, chars=len(pdf.text))
         encoded = base64.b64encode(data).decode("ascii")
-        document = DocumentBlock("application/pdf", encoded, label, pdf.pages, text)
+        document = DocumentBlock(
+            "application/pdf", encoded, label, pdf.pages, text, chars=len(pdf.text)
+        )
         return Part((document,), note, chars=len(pdf.text))
 
     async def _document(self, kind: Handling, data: bytes, label: str, sender: Sender) -> Part:
@@ -280,8 +297,8 @@ class Media:
         if not text:
             note = f"[Voice message {label}, {audio.clock(seconds)}: no words could be made out]"
             return Part(note=note, seconds=seconds)
-        note = f"[Voice message {label}, {audio.clock(seconds)}, transcribed]: {text}"
-        return Part(note=note, transcript=text, seconds=seconds)
+        heading = f"[Voice message {label}, {audio.clock(seconds)}, transcribed]"
+        return Part(note=f"{heading}: {text}", transcript=text, heading=heading, seconds=seconds)
 
     async def _seconds(self, attachment: Attachment, data: bytes) -> float:
         if attachment.seconds:

@@ -297,6 +297,15 @@ class Pipeline:
             reply = self._reply(msg, TRANSCRIPTION_FAILED_REPLY, "error")
             error = f"transcription failed: {prepared.failure}"
             return await self._end(msg, Outcome("failed", (reply,)), deliver, error=error)
+        heard = prepared.transcripts
+        if heard and msg.source == "user":  # spoken words pass the guard as typed ones do
+            checks = [
+                self.s.guard.check(text, where=conversation.key, user=user.handle) for text in heard
+            ]
+            if any(check.blocked for check in checks):
+                reply = self._reply(msg, BLOCKED_REPLY, "refusal")
+                return await self._end(msg, Outcome("refused", (reply,)), deliver, "blocked")
+            prepared = prepared.retold([check.text for check in checks])
         content = user_content(msg, prepared)
         notices: tuple[Reply, ...] = ()
         if content.problems:
@@ -307,7 +316,7 @@ class Pipeline:
             if deliver:
                 for notice in notices:
                     await self.send(notice)
-        echo = prepared.transcripts if self.s.settings.media.transcription.echo else ()
+        echo = heard if self.s.settings.media.transcription.echo else ()  # as heard
         item = RunInput(
             content.blocks,
             content.text,

@@ -62,3 +62,25 @@ async def test_a_large_photo_arrives_shrunk(
     ]
     copy = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))
     assert copy.size == (1568, 1176)
+
+
+async def test_a_word_document_arrives_as_markdown(
+    start_discord, fake_discord: FakeDiscord, fake_anthropic: FakeAnthropic
+):
+    await start_discord(sections=UNLIMITED)
+    doc = fake_discord.add_file(
+        "figures.docx",
+        samples.word_with_table(),
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    )
+    message = fake_discord.user_message(
+        "totals?", channel_id=DM_CHANNEL_ID, guild=False, attachments=[doc]
+    )
+    fake_anthropic.script(text_reply("255 in the North."))
+    await fake_discord.dispatch("MESSAGE_CREATE", message)
+    [reply] = await fake_discord.wait_for_message(DM_CHANNEL_ID)
+    assert reply.content == "255 in the North."
+    texts = "\n".join(
+        b.get("text", "") for b in fake_anthropic.last_request.messages[-1]["content"]
+    )
+    assert "| Region | Q1 | Q2 |\n| --- | --- | --- |\n| North | 120 | 135 |" in texts

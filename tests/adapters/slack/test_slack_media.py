@@ -6,8 +6,10 @@ slack_sdk client against the fake Web API and its file downloads."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 
+from PIL import Image
 from sqlmodel import select
 
 from bot.store.models import Run
@@ -58,3 +60,22 @@ async def test_a_pdf_and_a_workbook_are_read(rig_factory, fake_anthropic):
     assert base64.b64decode(document["source"]["data"]) == report
     assert "## Sheet: Staff\\n\\n| Name | Team |" in json.dumps(blocks)
     assert [m["text"] for m in rig.slack.messages] == ["Read both."]
+
+
+async def test_a_phone_photo_arrives_upright_and_shrunk(rig_factory, fake_anthropic):
+    rig = await rig_factory(sections=UNLIMITED)
+    original = samples.photo(4000, 3000, orientation=6)  # stored landscape, shown portrait
+    photo = rig.slack.add_file("IMG_0057.jpg", original, "image/jpeg")
+    fake_anthropic.script(text_reply("A red wall."))
+    await rig.event(dm("what is it?", subtype="file_share", files=[photo]))
+    await rig.adapter.idle()
+
+    [image] = [
+        b for b in fake_anthropic.last_request.messages[-1]["content"] if b["type"] == "image"
+    ]
+    assert len(image["source"]["data"]) < 5 * 1024 * 1024
+    copy = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))
+    assert copy.size == (1176, 1568) and 0x0112 not in copy.getexif()
+    r, _, b = copy.convert("RGB").getpixel((copy.width - 5, copy.height // 2))
+    assert b > 200 and r < 60  # the band along the stored top edge, now on the right
+    assert [m["text"] for m in rig.slack.messages] == ["A red wall."]
