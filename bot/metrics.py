@@ -47,6 +47,20 @@ TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
 WAKEUP_OUTCOMES = ("answered", "silent", "refused", "failed", "delivery_failed", "missed")
 WEB_TOOLS = ("web_fetch", "web_search")
 WEB_OUTCOMES = ("ok", "refused", "timeout", "too_large", "error")
+MEDIA_KINDS = (
+    "image",
+    "pdf",
+    "docx",
+    "xlsx",
+    "pptx",
+    "html",
+    "csv",
+    "tsv",
+    "epub",
+    "text",
+    "audio",
+)
+MEDIA_OUTCOMES = ("ok", "unreadable", "problem", "failed")
 
 
 MAX_CHILDREN = 4096
@@ -123,6 +137,16 @@ class Metrics:
         )
         self.wakeups = Counter(
             "switchboard_wakeups", "Scheduled wakeups by outcome", ["outcome"], registry=r
+        )
+        self.media_files = Counter(
+            "switchboard_media_files",
+            "Files people sent, by how they were read (image, pdf, docx, audio, …) and "
+            "outcome (ok, unreadable, problem, failed)",
+            ["kind", "outcome"],
+            registry=r,
+        )
+        self.transcribed_seconds = Counter(
+            "switchboard_transcribed_seconds", "Seconds of audio transcribed", registry=r
         )
         self.inbox_pending = Gauge(
             "switchboard_inbox_pending", "Inbox messages accepted and not finished", registry=r
@@ -223,6 +247,15 @@ class Metrics:
 
     def budget_refused(self) -> None:
         self.budget_refusals.inc()
+
+    def media_file(self, kind: str, outcome: str) -> None:
+        """One file a message brought, read as `kind` (`MEDIA_KINDS`)."""
+        self._child(
+            self.media_files, label(kind, MEDIA_KINDS), label(outcome, MEDIA_OUTCOMES)
+        ).inc()
+
+    def transcribed(self, seconds: float) -> None:
+        self.transcribed_seconds.inc(seconds)
 
     def wakeup(self, outcome: str) -> None:
         self.wakeups.labels(label(outcome)).inc()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TextIO, runtime_checkable
 
+from bot.llm.capabilities import Feature
 from bot.llm.types import ImageBlock, LLMRequest, LLMResponse, TextCallback
 
 if TYPE_CHECKING:
@@ -19,11 +20,16 @@ log = logging.getLogger("switchboard.intake")
 
 
 class Provider(Protocol):
-    """An LLM backend. Raises `bot.errors.ProviderError` subclasses on failure."""
+    """An LLM backend. Raises `bot.errors.ProviderError` subclasses on failure.
+    `supports(model, feature)`: whether `model` takes "images", "documents"
+    (PDF document blocks) or "tools"; ask it through
+    `bot.llm.capabilities.supports`, which also answers for objects without it."""
 
     async def complete(
         self, request: LLMRequest, on_text: TextCallback | None = None
     ) -> LLMResponse: ...
+
+    def supports(self, model: str, feature: Feature) -> bool: ...
 
     async def aclose(self) -> None: ...
 

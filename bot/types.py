@@ -62,6 +62,8 @@ class Attachment:
     """The file's bytes, when the adapter downloaded it."""
     problem: str | None = None
     """Why it was not downloaded (too large, unsupported type, failed), for the user."""
+    seconds: float | None = None
+    """The length of a voice message or audio file, when the platform says it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,8 +209,11 @@ def user_mentions(text: str, *, exclude: str) -> tuple[str, ...]:
 
 
 def _attachment(item: Mapping[str, Any]) -> Attachment:
+    """A voice message (the message's IS_VOICE_MESSAGE flag) is an audio/ogg
+    attachment with `duration_secs` (and a waveform we ignore)."""
     mime = str(item.get("content_type") or "").split(";", 1)[0].strip().lower() or None
     size = item.get("size")
+    seconds = item.get("duration_secs")
     return Attachment(
         kind=_kind(mime),
         file_id=str(item.get("id", "")),
@@ -218,7 +221,12 @@ def _attachment(item: Mapping[str, Any]) -> Attachment:
         mime_type=mime,
         size=size if isinstance(size, int) else None,
         url=item.get("url"),
+        seconds=float(seconds) if _number(seconds) else None,
     )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def _kind(mime: str | None) -> Literal["image", "document", "audio", "video", "other"]:

@@ -198,14 +198,22 @@ def file_attachment(file: Mapping[str, Any]) -> Attachment:
     problem = None
     if file.get("mode") == "external" or file.get("is_external"):
         problem = "it is a link to an external file, not a file uploaded to Slack"
+    # An audio clip recorded in Slack: subtype "slack_audio" (WebM or MP4 audio,
+    # whatever its mimetype says), its length in `duration_ms`.
+    clip = file.get("subtype") == "slack_audio"
+    duration = file.get("duration_ms")
+    seconds = None
+    if isinstance(duration, int | float) and not isinstance(duration, bool) and duration > 0:
+        seconds = duration / 1000
     return Attachment(
-        kind=_kind(mime),
+        kind="audio" if clip else _kind(mime),
         file_id=str(file["id"]),
         name=file.get("name") or file.get("title") or None,
         mime_type=mime,
         size=size if isinstance(size, int) else None,
         url=url,
         problem=problem,
+        seconds=seconds,
     )
 
 

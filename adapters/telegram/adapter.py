@@ -53,7 +53,6 @@ MAX_CALLBACK_DATA = 64
 """Bytes of `callback_data` Telegram accepts per inline keyboard button."""
 _MENU_ROLES = (Role.GUEST, Role.USER)
 _UNSUPPORTED = {
-    "audio": "voice and audio messages are not supported",
     "video": "videos are not supported",
     "other": "this kind of file is not supported",
 }
@@ -358,7 +357,7 @@ class TelegramAdapter:
 
     async def _fetch(self, attachment: Attachment) -> Attachment:
         limit = self.settings.max_file_bytes
-        if attachment.kind not in ("image", "document"):
+        if attachment.kind not in ("image", "document", "audio"):  # voice notes: transcribed
             return replace(attachment, problem=_UNSUPPORTED[attachment.kind])
         if attachment.size is not None and attachment.size > limit:
             return replace(attachment, problem=_too_large(attachment.size, limit))

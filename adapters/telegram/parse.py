@@ -199,13 +199,15 @@ def _attachments(message: JSON) -> tuple[Attachment, ...]:
         item = message.get(key)
         if isinstance(item, Mapping) and "file_id" in item:
             name = item.get("file_name") or (f"voice.{_ext(item)}" if key == "voice" else None)
+            duration = item.get("duration")  # voice and audio: seconds
             found.append(
                 Attachment(
                     kind,
                     item["file_id"],
                     name,
-                    item.get("mime_type"),
+                    item.get("mime_type") or ("audio/ogg" if key == "voice" else None),
                     item.get("file_size"),
+                    seconds=float(duration) if _seconds(duration) else None,
                 )
             )
     # An animation (GIF) also comes as a `document`, so it is covered above.
@@ -222,6 +224,10 @@ def _attachments(message: JSON) -> tuple[Attachment, ...]:
                 )
             )
     return tuple(found)
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def _ext(item: JSON) -> str:

@@ -218,8 +218,19 @@ def usage_text(usage: UserUsage, person: Person | None) -> str:
         f"{whose} in {usage.period}: {plural(usage.tokens, 'token')} "
         f"({usage.input_tokens:,} in, {usage.output_tokens:,} out, "
         f"{usage.cache_tokens:,} cache), about ${usage.cost_usd:.4f}, "
-        f"{plural(usage.runs, 'run')}."
+        f"{plural(usage.runs, 'run')}{_media_usage(usage)}."
     )
+
+
+def _media_usage(usage: UserUsage) -> str:
+    """What reading files cost beyond tokens, when there was any."""
+    parts = []
+    if usage.audio_seconds:
+        minutes, seconds = divmod(round(usage.audio_seconds), 60)
+        parts.append(f"{minutes}:{seconds:02d} of audio transcribed")
+    if usage.document_chars:
+        parts.append(f"{usage.document_chars:,} characters of documents read")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def report_text(report: UsageReport, people: dict[str, str], *, plain: bool = False) -> str:

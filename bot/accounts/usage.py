@@ -42,6 +42,10 @@ class UserUsage:
     cache_tokens: int
     cost_usd: float
     runs: int
+    audio_seconds: float = 0.0
+    """Voice messages and audio transcribed for the user's runs."""
+    document_chars: int = 0
+    """Characters of the documents they sent that were read."""
 
     @property
     def tokens(self) -> int:
@@ -88,14 +92,27 @@ class UsageBook:
                     ).where(TokenLog.user_id == user_id, col(TokenLog.created_at) >= start)
                 )
             ).one()
-            runs = (
+            runs, seconds, chars = (
                 await session.exec(
-                    select(func.count())
+                    select(
+                        func.count(),
+                        func.coalesce(func.sum(Run.audio_seconds), 0.0),
+                        func.coalesce(func.sum(Run.document_chars), 0),
+                    )
                     .select_from(Run)
                     .where(Run.user_id == user_id, col(Run.started_at) >= start)
                 )
             ).one()
-        return UserUsage(period, int(row[0]), int(row[1]), int(row[2]), float(row[3]), int(runs))
+        return UserUsage(
+            period,
+            int(row[0]),
+            int(row[1]),
+            int(row[2]),
+            float(row[3]),
+            int(runs),
+            float(seconds),
+            int(chars),
+        )
 
     async def report(self, top: int = 10, period: str | None = None) -> UsageReport:
         period = period or current_period()

@@ -25,6 +25,7 @@ from bot.agent.traces import Span, Timer
 from bot.errors import BotError
 from bot.llm.types import (
     ChatMessage,
+    DocumentBlock,
     ImageBlock,
     LLMRequest,
     ServerToolResultBlock,
@@ -77,6 +78,8 @@ def transcript_lines(messages: Sequence[ChatMessage]) -> list[str]:
                 lines.append(f"{who}: {block.text.strip()}")
             elif isinstance(block, ImageBlock):
                 lines.append(f"{who}: [an image]")
+            elif isinstance(block, DocumentBlock):
+                lines.append(f"{who}: [a document: {block.name or 'unnamed'}]")
             elif isinstance(block, ToolUseBlock):
                 args = json.dumps(dict(block.input), ensure_ascii=False, default=str)
                 if len(args) > TOOL_INPUT_CHARS:

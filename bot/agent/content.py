@@ -1,28 +1,14 @@
-"""The user's turn as LLM content: text, images (as image blocks), text
-documents (inline), and notes for files the assistant cannot use."""
+"""The user's turn as LLM content: the text, then what each file became
+(`bot.media.Prepared`: image and document blocks, Markdown, a transcript),
+and notes for files the assistant cannot use."""
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 
-from bot.llm.types import Block, ImageBlock, TextBlock
+from bot.llm.types import Block, TextBlock
+from bot.media import Part, Prepared
 from bot.types import Attachment, IncomingMessage
-
-IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-TEXT_TYPES = frozenset(
-    {
-        "application/json",
-        "application/xml",
-        "application/x-yaml",
-        "application/yaml",
-        "application/toml",
-        "application/x-sh",
-        "application/javascript",
-        "application/sql",
-    }
-)
-MAX_DOCUMENT_CHARS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,68 +16,57 @@ class UserContent:
     blocks: tuple[Block, ...]
     """What the LLM receives."""
     text: str
-    """What is stored in the history (no file bytes: images become a note)."""
+    """What is stored in the history (no file bytes: files become a note; a
+    transcript is kept whole)."""
     problems: tuple[str, ...]
     """Files that could not be used, in words for the user."""
     usable: bool
     """Whether there is anything to answer (text, or a file the assistant can read)."""
 
 
-def user_content(msg: IncomingMessage) -> UserContent:
+def user_content(msg: IncomingMessage, prepared: Prepared | None = None) -> UserContent:
+    """`prepared`: what `bot.media.Media.prepare` made of the message's files;
+    None for a message whose files were not read (group chatter kept as
+    context): each is then only named."""
     text = msg.text
-    if msg.chat_type == "group" and msg.source == "user" and text:
-        name = msg.user_display_name or msg.platform_user_id
+    group = msg.chat_type == "group" and msg.source == "user"
+    name = msg.user_display_name or msg.platform_user_id
+    if group and text:
         text = f"[{name}] {text}"
-    blocks: list[Block] = [TextBlock(text)] if text.strip() else []
-    notes: list[str] = []
+    said: list[Block] = [TextBlock(text)] if text.strip() else []
+    files: list[Block] = []
+    notes: list[str] = []  # for the model, after the files
+    stored: list[str] = []  # for the history
     problems: list[str] = []
-    used = bool(text.strip())
-    for attachment in msg.attachments:
+    parts = prepared.parts if prepared is not None else ()
+    if len(parts) != len(msg.attachments):
+        parts = tuple(_unread(a) for a in msg.attachments)
+    for attachment, part in zip(msg.attachments, parts, strict=True):
         label = attachment.name or attachment.kind
-        problem = attachment.problem or _unusable(attachment)
-        if problem:
-            problems.append(f"{label}: {problem}")
-            notes.append(f"[Attachment {label} could not be used: {problem}]")
-        elif attachment.mime_type in IMAGE_TYPES and attachment.data is not None:
-            blocks.append(
-                ImageBlock(attachment.mime_type, base64.b64encode(attachment.data).decode())
-            )
-            notes.append(f"[Image: {label}]")
-            used = True
+        if part.problem:
+            problems.append(f"{label}: {part.problem}")
+            note = f"[Attachment {label} could not be used: {part.problem}]"
+            notes.append(note)
+            stored.append(note)
+        elif part.transcript is not None:  # the words are the message's text
+            said.append(TextBlock(f"[{name}] {part.note}" if group else part.note))
+            stored.append(part.note)
         else:
-            assert attachment.data is not None
-            document = attachment.data.decode("utf-8", errors="replace")
-            cut = len(document) > MAX_DOCUMENT_CHARS
-            body = document[:MAX_DOCUMENT_CHARS]
-            more = f"\n[… truncated: {len(document):,} characters in all]" if cut else ""
-            blocks.append(TextBlock(f'<document name="{label}">\n{body}{more}\n</document>'))
-            notes.append(f"[Document: {label}, {len(document):,} characters]")
-            used = True
+            files.extend(part.blocks)
+            if part.note:
+                notes.append(part.note)
+                stored.append(part.note)
+    usable = bool(said or files) or any(p.note and not p.problem for p in parts)
+    blocks = [*said, *files]
     if notes:
         blocks.append(TextBlock("\n".join(notes)))
-    stored = "\n\n".join(part for part in (text, "\n".join(notes)) if part)
-    return UserContent(tuple(blocks), stored, tuple(problems), used)
+    history = "\n\n".join(p for p in (text, "\n".join(stored)) if p)
+    return UserContent(tuple(blocks), history, tuple(problems), usable)
 
 
-def _unusable(attachment: Attachment) -> str | None:
+def _unread(attachment: Attachment) -> Part:
+    if attachment.problem:
+        return Part(problem=attachment.problem)
     if attachment.data is None:
-        return "it was not downloaded"
-    mime = attachment.mime_type or ""
-    if mime in IMAGE_TYPES:
-        return None
-    if attachment.kind == "image":
-        return f"unsupported image type {mime or 'unknown'} (use JPEG, PNG, GIF or WebP)"
-    if mime.startswith("text/") or mime in TEXT_TYPES or _looks_like_text(attachment.data):
-        return None
-    return f"unsupported file type {mime or 'unknown'} (images and text files only)"
-
-
-def _looks_like_text(data: bytes) -> bool:
-    sample = data[:4096]
-    if b"\x00" in sample:
-        return False
-    try:
-        sample.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return exc.start > len(sample) - 4  # a character cut by the sample's end
-    return True
+        return Part(problem="it was not downloaded")
+    return Part(note=f"[Attachment: {attachment.name or attachment.kind}]")

@@ -46,6 +46,7 @@ from bot.agent.server_tools import read_results, server_spans, sources_line
 from bot.agent.state import RunInput, RunSpec, RunState
 from bot.agent.traces import Span, Timer
 from bot.errors import ContextWindowExceeded, ProviderError
+from bot.llm.capabilities import fitted
 from bot.llm.tokens import messages_tokens, prompt_tokens, text_tokens, tool_tokens
 from bot.llm.types import (
     Block,
@@ -116,7 +117,7 @@ class _Run:
         """`self.history` and its estimated tokens (`_history_tokens`)"""
         self.fixed_tokens = prompt_tokens(spec.system, (), self.specs) + text_tokens(spec.volatile)
         """the estimated tokens of every request's part that is not its messages"""
-        self.view = list(state.messages)  # this run's messages as the model sees them
+        self.view = self._fitted(state.messages)  # this run's messages as the model sees them
         self.max_tokens = spec.max_tokens
         self.calls = 0
         self.pieces: list[str] = []  # a reply cut by max_tokens, being continued
@@ -334,11 +335,19 @@ class _Run:
             return False
         blocks = tuple(b for i in arrived for b in i.blocks)
         add_user_blocks(self.view, blocks)
+        self.view = self._fitted(self.view)
         add_user_blocks(self.state.messages, blocks)
         at = len(self.state.messages) - 1
         self.state.inputs.extend((at, i) for i in arrived)
         log.info("run.joined run=%s messages=%d", self.spec.context.run_id, len(arrived))
         return True
+
+    def _fitted(self, messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+        """`messages` as the model takes them (`bot.llm.capabilities.fitted`):
+        the files it cannot read, and documents past one request's limits, as
+        text; done as they join the run, so that estimates count what is sent."""
+        spec = self.spec
+        return list(fitted(messages, self.loop.provider, spec.model, window=spec.limits.window))
 
     # -- context size -------------------------------------------------------
 

@@ -22,6 +22,11 @@ class RunInput:
     blocks: tuple[Block, ...]
     text: str
     origin: Any = None
+    echo: tuple[str, ...] = ()
+    """Transcripts of its voice messages, quoted at the top of the reply."""
+    audio_seconds: float = 0.0
+    document_chars: int = 0
+    """What reading its files cost beyond tokens (recorded on the run)."""
 
 
 Inbox = Callable[[], Awaitable[Sequence[RunInput]]]

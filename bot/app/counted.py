@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from bot.config import Price
 from bot.errors import ProviderError
+from bot.llm.capabilities import Feature, supports
 from bot.llm.pricing import estimate_cost
 from bot.llm.types import LLMRequest, LLMResponse, ServerToolResultBlock, TextCallback
 from bot.metrics import Metrics
@@ -43,6 +44,9 @@ class CountedProvider:
             if isinstance(block, ServerToolResultBlock):
                 self._metrics.web_request(block.name, "error" if block.error else "ok")
         return response
+
+    def supports(self, model: str, feature: Feature) -> bool:
+        return supports(self.inner, model, feature)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -20,15 +20,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from bot.llm.capabilities import Feature, supports
 from bot.llm.types import LLMRequest, LLMResponse, TextCallback
 from bot.ports import Provider
 
+Capabilities = Callable[[str, Feature], bool]
+
+
+def takes_everything(model: str, feature: Feature) -> bool:
+    """What the built-in provider (Anthropic's current models) takes: images,
+    PDF documents and tools."""
+    return True
+
 
 class BackgroundProvider:
-    def __init__(self, build: Callable[[], Provider], load: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        build: Callable[[], Provider],
+        load: Callable[[], Awaitable[None]],
+        capabilities: Capabilities = takes_everything,
+    ) -> None:
         """`load` imports what `build` needs (in a worker thread); `build`
-        then makes the provider, quickly."""
+        then makes the provider, quickly. `capabilities` answers `supports`
+        until it is built (a run asks before its first call)."""
         self._build = build
+        self._capabilities = capabilities
         self._load = load
         self._loading: asyncio.Task[None] | None = None
         self._provider: Provider | None = None
@@ -58,6 +74,11 @@ class BackgroundProvider:
     ) -> LLMResponse:
         provider = await self.ready()
         return await provider.complete(request, on_text)
+
+    def supports(self, model: str, feature: Feature) -> bool:
+        if self._provider is not None:
+            return supports(self._provider, model, feature)
+        return self._capabilities(model, feature)
 
     async def aclose(self) -> None:
         loading, self._loading = self._loading, None

@@ -44,12 +44,13 @@ from bot.app.wiring import build_extras, forget_changes_elsewhere, sync_jobs_cha
 from bot.commands.actions import action_commands
 from bot.commands.core import core_commands
 from bot.commands.registry import Commands, CommandSpec
-from bot.config import Secrets, Settings
+from bot.config import MediaSettings, Secrets, Settings
 from bot.conversations import Conversations
 from bot.errors import ConfigError, StartupError
 from bot.llm.gate import FairLimiter, GatedProvider
 from bot.mcp.metrics import McpMetrics
 from bot.mcp.status import check_personas
+from bot.media import Media, build_media
 from bot.metrics import Metrics
 from bot.personas import sync_personas
 from bot.pipeline.compactor import Compactor
@@ -160,9 +161,12 @@ class App:
     """`web_fetch` and `web_search` (`[web]`), with their HTTP clients."""
     mcp: McpServers | None = field(default=None, init=False)
     """The MCP servers whose tools the agent gets (`[mcp]`), connected in the background."""
+    media: Media = field(default_factory=lambda: Media(MediaSettings()), init=False)
+    """What people send, for the model (`[media]`), with the transcription client."""
 
     async def open(self) -> Pipeline:
         self.web_tools = web_tools(self.settings.web, os.environ, self.metrics)  # config first
+        self.media = build_media(self.settings.media, None, os.environ, self.metrics)
         if self.provider is None and self.provider_in_background:
             build = provider_factory(self.settings, self.secrets)
             self.provider = BackgroundProvider(build, import_provider)
@@ -197,6 +201,7 @@ class App:
         agent, llm, durable = self.settings.agent, self.settings.llm, self.settings.inbox
         memories = MemoryStore(self.store)
         results = ResultStore(self.store, agent.tool_result_max_chars)
+        self.media.results = results  # long documents are kept where tool results are
         memory = memory_tools(memories) if agent.memory else []
         hold = agent.run_timeout_seconds + llm.timeout_seconds * (llm.max_retries + 1) + 60
         budgets = Budgets(
@@ -316,6 +321,7 @@ class App:
                 ),
                 actions=actions,
                 metrics=self.metrics,
+                media=self.media,
             )
         )
         self.housekeeper = Housekeeper(
@@ -456,6 +462,8 @@ class App:
         if self.provider is not None:
             await self.provider.aclose()
         await self.web_tools.aclose()
+        if self.media.transcriber is not None:
+            await self.media.transcriber.aclose()
         if hasattr(self, "store"):
             await self.store.dispose()
 

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from bot.config.mcp import McpServerSettings, McpSettings
+from bot.config.media import MediaSettings, TranscriptionSettings
 from bot.config.sections import (
     DEFAULT_MODEL_LIMITS,
     DEFAULT_PRICES,
@@ -70,6 +71,7 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "LoggingSettings",
     "McpServerSettings",
     "McpSettings",
+    "MediaSettings",
     "ModelLimits",
     "PersonaSettings",
     "Price",
@@ -85,6 +87,7 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "StreamingSettings",
     "TelegramSettings",
     "TokenAllowance",
+    "TranscriptionSettings",
     "WebSearchSettings",
     "WebSettings",
     "load_settings",
@@ -112,6 +115,7 @@ class Settings(Section):
     streaming: StreamingSettings = StreamingSettings()
     web: WebSettings = WebSettings()
     mcp: McpSettings = McpSettings()
+    media: MediaSettings = MediaSettings()
 
     def require_mention(self, platform: str) -> bool:
         section = getattr(self, platform, None)
@@ -255,7 +259,9 @@ def _describe(exc: ValidationError, source: str, overridden: set[str]) -> str:
         problem = "unknown setting"
     else:
         problem = error["msg"].removeprefix("Value error, ")
-        if "input" in error and not isinstance(error["input"], dict | list):
+        # A bad `*_env` value may be the secret itself, pasted there: never echoed.
+        shown = "input" in error and not isinstance(error["input"], dict | list)
+        if shown and not key.endswith("_env"):
             problem += f" (got {error['input']!r})"
     more = len(exc.errors()) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""

@@ -33,6 +33,7 @@ import httpx2
 from anthropic.types import (
     CacheControlEphemeralParam,
     ContentBlockParam,
+    DocumentBlockParam,
     ImageBlockParam,
     MessageParam,
     TextBlockParam,
@@ -60,9 +61,11 @@ from bot.llm.anthropic_search import (
     server_use_param,
 )
 from bot.llm.caching import breakpoints, is_blank
+from bot.llm.capabilities import Feature
 from bot.llm.types import (
     Block,
     ChatMessage,
+    DocumentBlock,
     ImageBlock,
     LLMRequest,
     LLMResponse,
@@ -220,6 +223,10 @@ class AnthropicProvider:
         )
         return response
 
+    def supports(self, model: str, feature: Feature) -> bool:
+        """Every current Claude model takes images, PDF documents and tools."""
+        return True
+
     async def aclose(self) -> None:
         await self._client.close()
 
@@ -338,6 +345,18 @@ def _block_param(block: Block, *, cache: bool) -> ContentBlockParam:
         if cache:
             image["cache_control"] = _EPHEMERAL
         return image
+    if isinstance(block, DocumentBlock):
+        if block.media_type != "application/pdf":
+            raise ProviderBadRequest(f"unsupported document type for Anthropic: {block.media_type}")
+        document: DocumentBlockParam = {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": block.data_b64},
+        }
+        if block.name:
+            document["title"] = block.name
+        if cache:
+            document["cache_control"] = _EPHEMERAL
+        return document
     if isinstance(block, ToolUseBlock):
         use: ToolUseBlockParam = {
             "type": "tool_use",

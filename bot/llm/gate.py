@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from typing import Protocol
 
+from bot.llm.capabilities import Feature, supports
 from bot.llm.types import LLMRequest, LLMResponse, TextCallback
 
 
@@ -184,6 +185,9 @@ class GatedProvider:
         key = arrival.get()
         async with self.limiter.hold(time.time() if key is None else key):
             return await self.inner.complete(request, on_text)
+
+    def supports(self, model: str, feature: Feature) -> bool:
+        return supports(self.inner, model, feature)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -1,7 +1,10 @@
 """Token estimates without a tokenizer: about four characters a token, plus the
 structure the API wraps around each block. Used to place cache breakpoints,
 to decide when to prune or compact a history, and by the benchmarks; actual
-counts come back in each response's usage and are preferred when known."""
+counts come back in each response's usage and are preferred when known.
+
+Images and documents count what the API charges for them (`image_tokens`,
+`document_tokens`), so a budget reservation made before a call covers them."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Any
 from bot.llm.types import (
     Block,
     ChatMessage,
+    DocumentBlock,
     ImageBlock,
     ServerToolResultBlock,
     ServerToolUseBlock,
@@ -24,7 +28,13 @@ from bot.llm.types import (
 
 CHARS_PER_TOKEN = 4
 IMAGE_TOKENS = 1600
-"""An image of unknown size: the API charges about (width × height) / 750."""
+"""An image of unknown size, and the most one costs: the API charges about
+(width × height) / 750 and shrinks larger images (long edge over 1568 px, or
+over about 1,600 tokens) before it reads them."""
+IMAGE_MAX_EDGE = 1568
+PAGE_TOKENS = IMAGE_TOKENS
+"""A PDF page read as a document: the API reads each page as an image too
+(besides its text)."""
 _TEXT_OVERHEAD = 30  # characters of {"type": "text", "text": ...}
 _TOOL_OVERHEAD = 80  # ids and type tags of tool_use / tool_result
 _MESSAGE_OVERHEAD = 20
@@ -34,11 +44,36 @@ def text_tokens(text: str) -> int:
     return -(-len(text) // CHARS_PER_TOKEN)
 
 
+def image_tokens(width: int, height: int) -> int:
+    """What the API charges for an image of `width` × `height` pixels."""
+    if width <= 0 or height <= 0:
+        return IMAGE_TOKENS
+    scale = min(1.0, IMAGE_MAX_EDGE / max(width, height))
+    pixels = (width * scale) * (height * scale)
+    return min(IMAGE_TOKENS, -(-int(pixels) // 750))
+
+
+def raw_image_tokens(width: int, height: int) -> int:
+    """(width × height) / 750 as it is, without the API's own shrinking: what
+    an image of that size would cost if it were read whole."""
+    return -(-(width * height) // 750)
+
+
+def document_tokens(block: DocumentBlock) -> int:
+    """A document read as one: its whole text and each page as an image."""
+    chars = max(len(block.text), block.chars)
+    return -(-chars // CHARS_PER_TOKEN) + block.pages * PAGE_TOKENS
+
+
 def block_tokens(block: Block) -> int:
     if isinstance(block, TextBlock):
         return text_tokens(block.text) + _TEXT_OVERHEAD // CHARS_PER_TOKEN
     if isinstance(block, ImageBlock):
-        return IMAGE_TOKENS
+        if block.width is None or block.height is None:
+            return IMAGE_TOKENS
+        return image_tokens(block.width, block.height)
+    if isinstance(block, DocumentBlock):
+        return document_tokens(block)
     if isinstance(block, ToolUseBlock | ServerToolUseBlock):
         payload = block.name + json.dumps(dict(block.input), ensure_ascii=False, default=str)
         return text_tokens(payload) + _TOOL_OVERHEAD // CHARS_PER_TOKEN
@@ -53,7 +88,8 @@ def message_tokens(message: ChatMessage) -> int:
     # A run estimates the same (immutable) messages several times (history
     # pruning, each call's fit, the meter): remember the last few thousand,
     # keyed by identity and kept alive while remembered, so an id is never
-    # reused; not those with images (their bytes would be kept alive too).
+    # reused; not those with images or documents (their bytes would be kept
+    # alive too).
     known = _MESSAGE_TOKENS.get(id(message))
     if known is not None and known[0] is message:
         return known[1]
@@ -69,7 +105,8 @@ _MESSAGE_TOKENS: dict[int, tuple[ChatMessage, int]] = {}
 
 
 def _has_image(block: Block) -> bool:
-    return isinstance(block, ImageBlock) or (
+    """Whether the block carries an image's or a document's bytes."""
+    return isinstance(block, ImageBlock | DocumentBlock) or (
         isinstance(block, ToolResultBlock) and bool(block.images)
     )
 

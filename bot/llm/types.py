@@ -37,6 +37,31 @@ class TextBlock:
 class ImageBlock:
     media_type: str
     data_b64: str = field(repr=False)
+    width: int | None = None
+    height: int | None = None
+    """The pixels, when known (`bot.media` sets them): the token estimate's basis."""
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentBlock:
+    """A document the provider reads itself (a PDF: its text and its pages as
+    images), when it takes documents (`bot.llm.capabilities`); otherwise the
+    model gets `text` instead, the document's extracted text as a note-wrapped
+    block (`fallback`)."""
+
+    media_type: str
+    data_b64: str = field(repr=False)
+    name: str | None = None
+    pages: int = 1
+    text: str = field(default="", repr=False)
+    """What the model reads when the provider takes no documents."""
+    chars: int = 0
+    """The length of the document's whole text, which the provider reads when
+    it takes the document (`text` may be cut): the token estimate's basis."""
+
+    @property
+    def fallback(self) -> TextBlock:
+        return TextBlock(self.text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +109,7 @@ class ServerToolResultBlock:
 Block = (
     TextBlock
     | ImageBlock
+    | DocumentBlock
     | ToolUseBlock
     | ToolResultBlock
     | ServerToolUseBlock

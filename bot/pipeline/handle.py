@@ -15,6 +15,10 @@ it drove, or — "merged" — by the run of its conversation that took it in (se
 `resume` runs a message taken over from the inbox (its first process died)
 through the same path. At shutdown `close_intake` refuses new messages, so
 what the platform still holds goes to the next process.
+
+Over 500 lines: one message's path from the gate to its answer reads as one
+story; the stages that stand alone live beside it (intake, control, runner,
+delivery).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from bot.conversations import ConversationRecord
 from bot.errors import ShuttingDown
 from bot.llm.gate import arrived
 from bot.logs import current_run_id, run_scope
+from bot.media import Media, Sender
 from bot.pipeline.admission import Admission, current_slot, waiting
 from bot.pipeline.arrivals import Arrivals, Place
 from bot.pipeline.control import Batch, Ticket
@@ -49,6 +54,11 @@ from bot.store.leases import Held
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
+
+TRANSCRIPTION_FAILED_REPLY = (
+    "I couldn't transcribe your voice message: the transcription service is not working "
+    "right now. Your message is kept, and an operator can see it."
+)
 
 
 class Pipeline:
@@ -68,6 +78,8 @@ class Pipeline:
         self._early = EarlyLeases(
             services.leases, services.inbox, services.identity, services.control
         )
+        self._media = services.media or Media(services.settings.media, metrics=services.metrics)
+        """What a message's files become for the model (`bot.media`)."""
         self._arrivals = Arrivals()
         """Messages of a conversation reach its run control in arrival order."""
         self._closed = False
@@ -277,7 +289,26 @@ class Pipeline:
                 return await self._end(msg, Outcome("refused", (reply,)), deliver, "blocked")
             if checked.text != msg.text:
                 msg = dataclasses.replace(msg, text=checked.text)
-        content = user_content(msg)
+        prepared = await self._media.prepare(
+            msg, Sender(conversation.id, user.id, current_run_id())
+        )
+        if prepared.refusal is not None:
+            reply = self._reply(msg, prepared.refusal, "refusal")
+            return await self._end(msg, Outcome("refused", (reply,)), deliver)
+        if prepared.failure is not None:  # kept in the inbox as failed, for an operator
+            reply = self._reply(msg, TRANSCRIPTION_FAILED_REPLY, "error")
+            error = f"transcription failed: {prepared.failure}"
+            return await self._end(msg, Outcome("failed", (reply,)), deliver, error=error)
+        heard = prepared.transcripts
+        if heard and msg.source == "user":  # spoken words pass the guard as typed ones do
+            checks = [
+                self.s.guard.check(text, where=conversation.key, user=user.handle) for text in heard
+            ]
+            if any(check.blocked for check in checks):
+                reply = self._reply(msg, BLOCKED_REPLY, "refusal")
+                return await self._end(msg, Outcome("refused", (reply,)), deliver, "blocked")
+            prepared = prepared.retold([check.text for check in checks])
+        content = user_content(msg, prepared)
         notices: tuple[Reply, ...] = ()
         if content.problems:
             text = "I couldn't use " + "; ".join(content.problems) + "."
@@ -287,7 +318,16 @@ class Pipeline:
             if deliver:
                 for notice in notices:
                     await self.send(notice)
-        return RunInput(content.blocks, content.text, origin=msg), notices
+        echo = heard if self.s.settings.media.transcription.echo else ()  # as heard
+        item = RunInput(
+            content.blocks,
+            content.text,
+            origin=msg,
+            echo=echo,
+            audio_seconds=prepared.audio_seconds,
+            document_chars=prepared.document_chars,
+        )
+        return item, notices
 
     async def _run(
         self, batch: Batch, user: UserRecord, conversation: ConversationRecord, deliver: bool

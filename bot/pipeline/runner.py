@@ -241,7 +241,7 @@ class Runner:
             await s.writer.save(turn)
             return None
         result = self._classify(end, error, state, spec)
-        outcome = self._outcome(result, first, run.id)
+        outcome = self._outcome(result, first, run.id, _echoes(state))
         held = s.actions.take_held(run.id) if s.actions is not None else []
         if held:  # the Confirm / Cancel prompts go out with the run's answer
             outcome = dataclasses.replace(outcome, replies=outcome.replies + prompts(held, first))
@@ -515,7 +515,9 @@ class Runner:
                 name=f"compact:{run.conversation.key}",
             )
 
-    def _outcome(self, result: _Result, first: IncomingMessage, run_id: str) -> Outcome:
+    def _outcome(
+        self, result: _Result, first: IncomingMessage, run_id: str, echoes: Sequence[str] = ()
+    ) -> Outcome:
         if result.status == "silent":
             return Outcome("silent", (), run_id)
         if result.status == "cancelled":
@@ -525,7 +527,28 @@ class Runner:
         if result.notice is not None:
             return Outcome("failed", (_reply(first, result.notice, "error"),), run_id)
         assert result.reply_text is not None
-        return Outcome("answered", (_reply(first, result.reply_text, "answer"),), run_id)
+        text = quoted(echoes, result.reply_text)
+        return Outcome("answered", (_reply(first, text, "answer"),), run_id)
+
+
+ECHO_CHARS = 600
+"""A transcript quoted above the answer is cut here (the whole is in the history)."""
+
+
+def _echoes(state: RunState) -> list[str]:
+    return [echo for _, item in state.inputs for echo in item.echo]
+
+
+def quoted(echoes: Sequence[str], text: str) -> str:
+    """`text` under the transcripts it answers, each one quoted line."""
+    if not echoes:
+        return text
+    lines = []
+    for echo in echoes:
+        flat = " ".join(echo.split())
+        cut = flat if len(flat) <= ECHO_CHARS else flat[: ECHO_CHARS - 1].rstrip() + "…"
+        lines.append(f"> 🎤 {cut}")
+    return "\n".join(lines) + "\n\n" + text
 
 
 def _reply(msg: IncomingMessage, text: str, kind: ReplyKind, private: bool = False) -> Reply:

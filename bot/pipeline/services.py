@@ -12,6 +12,7 @@ from bot.agent.loop import AgentLoop
 from bot.commands.registry import Commands
 from bot.config import Settings
 from bot.conversations import Conversations
+from bot.media import Media
 from bot.metrics import Metrics
 from bot.personas import PersonaBook
 from bot.pipeline.compactor import Compactor
@@ -54,3 +55,6 @@ class Services:
     """Consequential tool calls held for confirmation (None: nothing is held)."""
     metrics: Metrics = field(default_factory=Metrics)
     """What `GET /metrics` reports (`bot.metrics`)."""
+    media: Media | None = None
+    """What a message's files become for the model (None: `[media]` without
+    transcription, long documents cut rather than kept)."""

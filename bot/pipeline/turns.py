@@ -128,6 +128,8 @@ def turn_rows(turn: TurnRecord, prices: Mapping[str, Price]) -> TurnRows:
         persona_name=turn.persona_name,
         iterations=state.iterations,
         tokens=state.usage.total,
+        audio_seconds=sum(item.audio_seconds for _, item in state.inputs),
+        document_chars=sum(item.document_chars for _, item in state.inputs),
         error=turn.error,
         started_at=first.received_at,
         finished_at=utcnow(),

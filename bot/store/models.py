@@ -196,6 +196,10 @@ class Run(SQLModel, table=True):
     persona_name: str | None = Field(default=None, max_length=100)
     iterations: int = 0
     tokens: int = Field(default=0, sa_type=BigInteger)
+    audio_seconds: float = 0.0
+    """Seconds of voice messages and audio transcribed for the run's messages."""
+    document_chars: int = Field(default=0, sa_type=BigInteger)
+    """Characters of documents read out of the run's messages' files."""
     error: str | None = Field(default=None, sa_type=Text)
     started_at: datetime = _ts(index=True)
     finished_at: datetime | None = _ts_optional()
@@ -471,6 +475,9 @@ class StoredToolResult(SQLModel, table=True):
     run_id: str | None = Field(default=None, max_length=32)
     tool_name: str = Field(max_length=128)
     tool_use_id: str | None = Field(default=None, max_length=128)
+    user_id: int | None = None
+    """Set for a document a user sent (tool_name "document"): theirs to read,
+    whichever run answers it; otherwise the run's user decides."""
     content: str = Field(sa_type=Text)
     chars: int = 0
     created_at: datetime = _ts()

@@ -80,12 +80,50 @@ class ResultStore:
             f"offset (limit up to {self.page_chars:,}) to read more.]"
         )
 
+    async def keep(
+        self,
+        content: str,
+        *,
+        name: str,
+        conversation_id: int,
+        user_id: int,
+        run_id: str | None,
+        shown: int,
+    ) -> tuple[str, str]:
+        """Store a document `user_id` sent (its text, of which the model was
+        shown the first `shown` characters) for `get_tool_result`: its first
+        part, and the note naming the reference. Raises when it cannot be stored."""
+        ref = new_ref()
+        async with self._store.write() as session:
+            session.add(
+                StoredToolResult(
+                    id=ref,
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    tool_name="document",
+                    tool_use_id=None,
+                    user_id=user_id,
+                    content=content,
+                    chars=len(content),
+                )
+            )
+        log.info("document.stored ref=%s chars=%d", ref, len(content))
+        note = (
+            f"[{name}: showing characters 0–{shown:,} of {len(content):,}. The whole text is "
+            f'stored as {ref}: call get_tool_result with ref="{ref}" and offset={shown} '
+            f"(limit up to {self.page_chars:,}) to read on.]"
+        )
+        return ref, note
+
     async def page(self, ref: str, ctx: ToolContext, offset: int, limit: int) -> str:
         async with self._store.read() as session:
             row = await session.get(StoredToolResult, ref)
             if row is None or row.conversation_id != ctx.conversation_id:
                 raise ToolFailed(f"no stored result {ref} in this conversation")
-            allowed = await may_read(session, row.run_id, ctx)
+            if row.user_id is not None:  # a document: its sender's
+                allowed = row.user_id == ctx.user_id or ctx.role.at_least(Role.ADMIN)
+            else:
+                allowed = await may_read(session, row.run_id, ctx)
         if not allowed:
             log.info("tool.result_refused ref=%s user=%s", ref, ctx.user_id)
             raise ToolFailed(refusal(f"Stored result {ref}"))

@@ -48,7 +48,9 @@ Standalone: ``python -m tests.fakes.anthropic [--port N]`` serves until interrup
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
 import json
 import logging
 import threading
@@ -60,6 +62,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
+import pypdf
 from aiohttp import web
 
 from tests.fakes import anthropic_search
@@ -397,6 +400,8 @@ def validate_request(body: Mapping[str, Any], *, count_tokens: bool = False) -> 
             i, messages[i]
         ):
             return problem
+    if (pages := _pdf_pages(messages)) > PDF_MAX_PAGES:
+        return f"A maximum of {PDF_MAX_PAGES} PDF pages may be provided. Found {pages}."
     tools = _blocks(body.get("tools"))
     for i, tool in enumerate(tools):
         if tool.get("type") not in (None, "custom"):  # a server tool (web search)
@@ -418,6 +423,27 @@ def _tool_ids(msg: Any, kind: str) -> list[str]:
     return [str(b.get(key)) for b in _blocks(msg.get("content")) if b.get("type") == kind]
 
 
+IMAGE_MAX_BASE64 = 5 * 1024 * 1024
+"""The Messages API refuses an image whose base64 is longer (a 400)."""
+PDF_MAX_PAGES = 100
+"""The PDF pages one request may carry as documents, all together (a 400 past it)."""
+
+
+def _pdf_pages(messages: Sequence[Any]) -> int:
+    """The pages of every PDF document block in `messages` (pypdf reads them)."""
+    pages = 0
+    for msg in messages:
+        for block in _blocks(msg.get("content") if isinstance(msg, dict) else None):
+            source = block.get("source") or {}
+            if block.get("type") == "document" and source.get("type") == "base64":
+                try:
+                    data = base64.b64decode(str(source.get("data") or ""))
+                    pages += len(pypdf.PdfReader(io.BytesIO(data)).pages)
+                except Exception:
+                    pages += 1  # unreadable: the API would say so; counted as a page here
+    return pages
+
+
 def _validate_message(i: int, messages: Sequence[dict[str, Any]]) -> str | None:
     msg = messages[i]
     content = msg.get("content")
@@ -435,6 +461,14 @@ def _validate_message(i: int, messages: Sequence[dict[str, Any]]) -> str | None:
                 source.get("media_type") and source.get("data")
             ):
                 return f"messages.{i}.content.{j}.source: media_type and data are required"
+            if len(str(source.get("data") or "")) > IMAGE_MAX_BASE64:
+                return f"messages.{i}.content.{j}.image.source.base64: image exceeds 5 MB maximum"
+        if btype == "document":
+            source = block.get("source") or {}
+            if source.get("type") != "base64" or source.get("media_type") != "application/pdf":
+                return f"messages.{i}.content.{j}.source: a base64 PDF source is expected"
+            if not source.get("data"):
+                return f"messages.{i}.content.{j}.source.data: required"
         if btype in ("tool_use", "tool_result") and msg["role"] != (
             "assistant" if btype == "tool_use" else "user"
         ):

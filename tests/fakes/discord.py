@@ -37,6 +37,7 @@ Every request is recorded in `calls`; every message that exists in `posted`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import re
@@ -119,6 +120,9 @@ class Interaction:
     channel_id: str
     acknowledged: bool = False
     original: Posted | None = None
+
+
+IS_VOICE_MESSAGE = 1 << 13
 
 
 class FakeDiscord:
@@ -270,6 +274,13 @@ class FakeDiscord:
         self.files[path] = (data, content_type or "application/octet-stream")
         return attachment_object(file_id, filename, len(data), self.url + path, content_type)
 
+    def add_voice_message(self, data: bytes, seconds: float) -> dict[str, Any]:
+        """The attachment of a voice message: an Ogg Opus file with its length and
+        waveform (the message carrying it has the IS_VOICE_MESSAGE flag: `voice`)."""
+        attachment = self.add_file("voice-message.ogg", data, "audio/ogg")
+        attachment.update(duration_secs=seconds, waveform=base64.b64encode(bytes(256)).decode())
+        return attachment
+
     def user_message(
         self,
         content: str,
@@ -279,12 +290,16 @@ class FakeDiscord:
         guild: bool = True,
         reply_to: Posted | None = None,
         attachments: Sequence[Mapping[str, Any]] = (),
+        voice: bool = False,
     ) -> dict[str, Any]:
-        """A MESSAGE_CREATE `d` as Discord sends it for a person's message."""
+        """A MESSAGE_CREATE `d` as Discord sends it for a person's message
+        (`voice`: a voice message, flag IS_VOICE_MESSAGE = 1 << 13)."""
         referenced = self._messages[reply_to.id] if reply_to is not None else None
         message = user_message_object(
             self.snowflake(), channel_id, author, content, guild, referenced, attachments
         )
+        if voice:
+            message["flags"] = int(message.get("flags") or 0) | IS_VOICE_MESSAGE
         self._messages[message["id"]] = message
         return message
 

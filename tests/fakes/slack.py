@@ -207,9 +207,17 @@ class FakeSlack(StreamMethods):
         return event
 
     def add_file(
-        self, name: str, content: bytes, mimetype: str, *, file_id: str | None = None
+        self,
+        name: str,
+        content: bytes,
+        mimetype: str,
+        *,
+        file_id: str | None = None,
+        **extra: Any,
     ) -> dict[str, Any]:
-        """Store a file; returns its Slack file object (as in a `files` array)."""
+        """Store a file; returns its Slack file object (as in a `files` array).
+        `extra` fields join it: an audio clip recorded in Slack has
+        ``subtype="slack_audio"`` and ``duration_ms``."""
         file_id = file_id or f"F{uuid.uuid4().hex[:10].upper()}"
         base = f"{self.base_url}/files-pri/{self.team_id}-{file_id}"
         info = {
@@ -223,6 +231,7 @@ class FakeSlack(StreamMethods):
             "is_external": False,
             "url_private": f"{base}/{name}",
             "url_private_download": f"{base}/download/{name}",
+            **extra,
         }
         self.files[file_id] = StoredFile(info, content)
         return dict(info)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 
+from PIL import Image
 from sqlmodel import col, select
 
 from bot.pipeline import delivery
@@ -28,6 +30,7 @@ from tests.fakes.anthropic import (
     tool_use_reply,
 )
 from tests.harness import RecordingAdapter, message
+from tests.media import samples
 from tests.probes import ProbeTool
 from tests.waiting import wait_until
 
@@ -292,7 +295,7 @@ async def test_no_typing_indicator_while_the_run_waits_for_its_slot(
 
 async def test_images_and_text_documents_reach_the_model(make_app, fake_anthropic):
     app, _ = await open_app(make_app)
-    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+    png = samples.encoded("PNG", (40, 30))
     msg = message(
         "what is in these?",
         attachments=(
@@ -304,17 +307,15 @@ async def test_images_and_text_documents_reach_the_model(make_app, fake_anthropi
 
     blocks = fake_anthropic.last_request.messages[-1]["content"]
     image = next(b for b in blocks if b["type"] == "image")
-    assert image["source"] == {
-        "type": "base64",
-        "media_type": "image/png",
-        "data": base64.b64encode(png).decode(),
-    }
+    assert image["source"]["type"] == "base64" and image["source"]["media_type"] == "image/jpeg"
+    copy = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))
+    assert copy.size == (40, 30)
     assert any('<document name="notes.txt">\nhello notes' in b.get("text", "") for b in blocks)
     async with app.store.read() as s:
         stored = (await s.exec(select(StoredFile).order_by(col(StoredFile.id)))).all()
         user_row = (await s.exec(select(Message).where(Message.role == "user"))).one()
     assert [(f.name, f.data) for f in stored] == [("cat.png", png), ("notes.txt", b"hello notes")]
-    assert "[Image: cat.png]" in user_row.text and "hello notes" not in user_row.text
+    assert "[Image: cat.png, 40×30]" in user_row.text and "hello notes" not in user_row.text
 
 
 async def test_unusable_attachment_gets_a_clear_reply_without_llm_call(make_app, fake_anthropic):

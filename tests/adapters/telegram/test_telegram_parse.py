@@ -28,7 +28,11 @@ def fields(msg: IncomingMessage | None, names: list[str]) -> dict[str, Any] | No
         value = getattr(msg, name)
         if name == "attachments":
             value = [
-                {k: v for k, v in asdict(a).items() if k not in ("data", "problem", "url")}
+                {
+                    k: v
+                    for k, v in asdict(a).items()
+                    if k not in ("data", "problem", "url") and (k != "seconds" or v is not None)
+                }
                 for a in value
             ]
         elif name == "mentioned_user_ids":
