@@ -174,7 +174,8 @@ class AnthropicProvider:
                 )  # fmt: skip
         except anthropic.CredentialsError as exc:  # a broken credentials profile on disk
             raise ProviderAuthError(_credentials_message(exc)) from exc
-        self.endpoint = ProviderEndpoint(public_url(str(self._client.base_url)), url_setting, key_env)
+        url = public_url(str(self._client.base_url))
+        self.endpoint = ProviderEndpoint(url, url_setting, key_env)
 
     async def complete(
         self, request: LLMRequest, on_text: TextCallback | None = None

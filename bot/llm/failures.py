@@ -45,7 +45,8 @@ def explain(exc: ProviderError, model_origin: str | None = None) -> str:
     run's model is configured (`[llm] model`, a persona's file, ...)."""
     where = exc.endpoint or UNKNOWN_ENDPOINT
     if isinstance(exc, ProviderAuthError):
-        return f"{SORRY}: {_refusal(exc.status)}. {OPERATOR} check the environment variable {where.key_env}."
+        variable = f"the environment variable {where.key_env}"
+        return f"{SORRY}: {_refusal(exc.status)}. {OPERATOR} check {variable}."
     if isinstance(exc, ProviderUnreachable):
         return (
             f"{SORRY}: I could not connect to the AI service at {where.url}. {OPERATOR} "
@@ -55,26 +56,36 @@ def explain(exc: ProviderError, model_origin: str | None = None) -> str:
         model = f'"{exc.model}"' if exc.model else "the model asked for"
         origin = model_origin or "[llm] model or the persona's model"
         return (
-            f"{SORRY}: the AI service has no model called {model} (or this key may not use "
-            f"it). It is set in {origin}; {OPERATOR[0].lower()}{OPERATOR[1:]} change it to a "
-            "model the service offers."
+            f"{SORRY}: the AI service has no model called {model} (or this key may not "
+            f"use it). It is set in {origin}: whoever runs this bot should change it to "
+            "a model the service offers."
         )
     if isinstance(exc, ProviderRateLimited):
-        return f"Sorry, the AI service is limiting how often we may ask just now. {_wait(exc.retry_after)}"
-    if isinstance(exc, Overloaded):
-        return f"Sorry, the AI service is overloaded just now. {_wait(exc.retry_after)}"
+        busy = "is limiting how often we may ask"
+    elif isinstance(exc, Overloaded):
+        busy = "is overloaded"
+    else:
+        return _other(exc, where)
+    return f"Sorry, the AI service {busy} just now. {_wait(exc.retry_after)}"
+
+
+def _other(exc: ProviderError, where: ProviderEndpoint) -> str:
+    status = f" ({exc.status})" if exc.status else ""
     if isinstance(exc, ContextWindowExceeded):
-        return "Sorry, this conversation has grown too long for the model. Send /new to start a fresh one."
+        return (
+            "Sorry, this conversation has grown too long for the model. "
+            "Send /new to start a fresh one."
+        )
     if isinstance(exc, ProviderBadRequest) and exc.status == 404:
         return (
-            f"{SORRY}: there is no AI service API at {where.url} (it answered 404). {OPERATOR} "
-            f"check {where.url_setting}."
+            f"{SORRY}: there is no AI service API at {where.url} (it answered 404). "
+            f"{OPERATOR} check {where.url_setting}."
         )
     if isinstance(exc, ProviderBadRequest):
-        return f"{SORRY}: the AI service refused the request{_status(exc)}. The error has been logged."
+        return f"{SORRY}: the AI service refused the request{status}. The error has been logged."
     if isinstance(exc, ProviderUnavailable):
-        return f"Sorry, the AI service failed to answer just now{_status(exc)}. {TRY_AGAIN}"
-    return f"Sorry, I couldn't get an answer from the AI service just now{_status(exc)}. {TRY_AGAIN}"
+        return f"Sorry, the AI service failed to answer just now{status}. {TRY_AGAIN}"
+    return f"Sorry, I couldn't get an answer from the AI service just now{status}. {TRY_AGAIN}"
 
 
 def public_url(url: str) -> str:
@@ -110,7 +121,3 @@ def _wait(seconds: float | None) -> str:
     if seconds < 90:
         return f"Please try again in about {math.ceil(seconds)} seconds."
     return f"Please try again in about {math.ceil(seconds / 60)} minutes."
-
-
-def _status(exc: ProviderError) -> str:
-    return f" ({exc.status})" if exc.status else ""

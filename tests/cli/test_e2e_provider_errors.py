@@ -38,7 +38,7 @@ def test_a_rejected_key_names_its_variable_and_not_try_again(
     )
     line = failed(result)
     assert "rejected the API key (401)" in line
-    assert "check the environment variable ANTHROPIC_API_KEY" in line
+    assert "should check the environment variable ANTHROPIC_API_KEY." in line
     assert "try again" not in line.lower()
     assert WRONG_KEY not in result.stderr + result.stdout
     assert fake_anthropic_thread.requests[0].api_key == WRONG_KEY  # the key was sent, and refused
@@ -69,7 +69,7 @@ def test_an_unknown_model_names_it_and_where_it_is_set(tmp_path: Path):
         )
         line = failed(result)
         assert 'no model called "claude-sonet-5-5"' in line
-        assert "It is set in [llm] model;" in line
+        assert "It is set in [llm] model:" in line
         assert "try again" not in line.lower()
         assert fake.request_count == 1  # a 404 is not retried
 
