@@ -17,8 +17,9 @@ from tests.fakes.anthropic import FakeAnthropic
 from tests.paths import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-LONGEST = 300
-"""About how long the README may grow (issue 58: read top to bottom in ten minutes)."""
+LONGEST = 340
+"""Lines the README may have: about 300 (issue 58: read top to bottom in ten
+minutes), and room for a compact section or two; detail goes to docs/."""
 
 
 def section(title: str) -> str:
@@ -64,7 +65,7 @@ async def test_every_chat_command_is_in_the_readme(
 
 
 def test_the_readme_stays_short_and_keeps_a_tests_section() -> None:
-    assert len(README.splitlines()) <= LONGEST * 1.15, "move detail to docs/ or ARCHITECTURE.md"
+    assert len(README.splitlines()) <= LONGEST, "move detail to docs/ or ARCHITECTURE.md"
     assert "make test" in section("Tests")
 
 
