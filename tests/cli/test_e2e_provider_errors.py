@@ -26,6 +26,15 @@ def failed(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+def chat_with_one_model(
+    tmp_path: Path, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """ "hello" to a Messages API that has only claude-sonnet-5-5; the requests it got."""
+    with FakeAnthropic(api_key=TEST_API_KEY, models=["claude-sonnet-5-5"]) as fake:
+        result = run_cli(["chat"], "hello\n", fake=fake, db=tmp_path / "db.sqlite", env=env)
+        return result, fake.request_count
+
+
 def test_a_rejected_key_names_its_variable_and_not_try_again(
     fake_anthropic_thread: FakeAnthropic, tmp_path: Path
 ):
@@ -59,19 +68,14 @@ def test_an_unreachable_service_names_the_url_and_its_setting(tmp_path: Path):
 
 
 def test_an_unknown_model_names_it_and_where_it_is_set(tmp_path: Path):
-    with FakeAnthropic(api_key=TEST_API_KEY, models=["claude-sonnet-5-5"]) as fake:
-        result = run_cli(
-            ["chat"],
-            "hello\n",
-            fake=fake,
-            db=tmp_path / "db.sqlite",
-            env={"SWITCHBOARD__LLM__MODEL": "claude-sonet-5-5"},
-        )
-        line = failed(result)
-        assert 'no model called "claude-sonet-5-5"' in line
-        assert "It is set in [llm] model:" in line
-        assert "try again" not in line.lower()
-        assert fake.request_count == 1  # a 404 is not retried
+    result, requests = chat_with_one_model(
+        tmp_path, {"SWITCHBOARD__LLM__MODEL": "claude-sonet-5-5"}
+    )
+    line = failed(result)
+    assert 'no model called "claude-sonet-5-5"' in line
+    assert "It is set in [llm] model:" in line
+    assert "try again" not in line.lower()
+    assert requests == 1  # a 404 is not retried
 
 
 def test_a_persona_s_unknown_model_names_the_persona_file(tmp_path: Path):
@@ -81,14 +85,7 @@ def test_a_persona_s_unknown_model_names_the_persona_file(tmp_path: Path):
     persona.write_text(
         'name = "helper"\nis_default = true\nmodel = "claude-opus-0"\nprompt = "Be brief."\n'
     )
-    with FakeAnthropic(api_key=TEST_API_KEY, models=["claude-sonnet-5-5"]) as fake:
-        result = run_cli(
-            ["chat"],
-            "hello\n",
-            fake=fake,
-            db=tmp_path / "db.sqlite",
-            env={"SWITCHBOARD__PERSONAS__DIR": str(personas)},
-        )
+    result, _ = chat_with_one_model(tmp_path, {"SWITCHBOARD__PERSONAS__DIR": str(personas)})
     line = failed(result)
     assert 'no model called "claude-opus-0"' in line
     assert f'the persona "helper" ({persona}: model)' in line

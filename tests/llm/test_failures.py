@@ -40,16 +40,22 @@ async def fake() -> AsyncIterator[FakeAnthropic]:
         yield server
 
 
+async def failure(base_url: str, model: str = "claude-sonnet-5-5", **options: str) -> ProviderError:
+    """What the real provider raises for one call."""
+    provider = AnthropicProvider(api_key=KEY, base_url=base_url, max_retries=0, **options)
+    try:
+        with pytest.raises(ProviderError) as info:
+            await provider.complete(request(model))
+    finally:
+        await provider.aclose()
+    return info.value
+
+
 async def test_an_unknown_model_is_model_not_found_with_where_the_call_went(
     fake: FakeAnthropic,
 ) -> None:
-    provider = AnthropicProvider(api_key=KEY, base_url=fake.base_url, max_retries=0)
-    try:
-        with pytest.raises(ModelNotFound) as info:
-            await provider.complete(request("claude-nope"))
-    finally:
-        await provider.aclose()
-    error = info.value
+    error = await failure(fake.base_url, "claude-nope")
+    assert isinstance(error, ModelNotFound)
     assert (error.model, error.status) == ("claude-nope", 404)
     assert error.endpoint == ProviderEndpoint(
         fake.base_url.rstrip("/"), "llm.base_url", "ANTHROPIC_API_KEY"
@@ -60,29 +66,17 @@ async def test_an_unknown_model_is_model_not_found_with_where_the_call_went(
 
 async def test_a_404_that_is_not_about_a_model_points_at_the_url(fake: FakeAnthropic) -> None:
     fake.script(http_error(404, "Not Found"))
-    provider = AnthropicProvider(api_key=KEY, base_url=fake.base_url, max_retries=0)
-    try:
-        with pytest.raises(ProviderBadRequest) as info:
-            await provider.complete(request("claude-sonnet-5-5"))
-    finally:
-        await provider.aclose()
-    assert not isinstance(info.value, ModelNotFound)
-    assert f"no AI service API at {fake.base_url.rstrip('/')}" in explain(info.value)
+    error = await failure(fake.base_url)
+    assert isinstance(error, ProviderBadRequest) and not isinstance(error, ModelNotFound)
+    assert f"no AI service API at {fake.base_url.rstrip('/')}" in explain(error)
 
 
 async def test_unreachable_names_the_url_the_sdk_tried_and_the_setting() -> None:
     url = f"http://user:pw@127.0.0.1:{free_port()}/v0?token=x"
-    provider = AnthropicProvider(
-        api_key=KEY, base_url=url, max_retries=0, url_setting="ANTHROPIC_BASE_URL"
-    )
-    try:
-        with pytest.raises(ProviderUnreachable) as info:
-            await provider.complete(request("claude-sonnet-5-5"))
-    finally:
-        await provider.aclose()
-    text = explain(info.value)
-    assert info.value.endpoint is not None
-    assert f"at {info.value.endpoint.url}." in text and "set ANTHROPIC_BASE_URL" in text
+    error = await failure(url, url_setting="ANTHROPIC_BASE_URL")
+    assert isinstance(error, ProviderUnreachable) and error.endpoint is not None
+    text = explain(error)
+    assert f"at {error.endpoint.url}." in text and "set ANTHROPIC_BASE_URL" in text
     assert "pw" not in text and "token" not in text and KEY not in text
 
 
