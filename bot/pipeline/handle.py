@@ -347,6 +347,8 @@ class Pipeline:
             log.warning("wakeup.busy conversation=%s (running elsewhere)", conversation.key)
             return Outcome("failed")
         if first.source == "user":
+            if await self._earlier_unfinished(batch, conversation.key, pending):
+                return await self._defer(batch, conversation.key, held, pending)
             self._left_for_us.discard(conversation.key)
             if await self._adopt_pending(batch, conversation, pending):
                 batch.tickets.sort(key=lambda t: t.payload.origin.received_at)
@@ -370,14 +372,40 @@ class Pipeline:
             if held is not None:
                 await asyncio.shield(self._pass_on(conversation.key, held, ended))
 
-    async def _defer(self, batch: Batch, key: str) -> Outcome:
-        """Another instance runs this conversation: leave the batch's messages in
-        the inbox for it (it takes them when its run ends) and wake it."""
+    async def _earlier_unfinished(self, batch: Batch, key: str, pending: list[Taken]) -> bool:
+        """Whether an earlier message of the conversation than this run's is
+        still open: running on another instance, left by a process that died
+        (its lease not over yet, or handed back at shutdown), or taken with
+        the lease from another sender (it would run after this one)."""
+        msgs = [t.payload.origin for t in batch.tickets]
+        keys = [m.dedupe_key for m in msgs if m.dedupe_key]
+        if not keys:
+            return False
+        try:
+            return await self.s.inbox.earlier_unfinished(key, msgs[0].platform, keys)
+        except Exception as exc:  # the run goes on: the order is the only thing at stake
+            log.warning("inbox.order_not_checked conversation=%s: %s", key, exc)
+            return False
+
+    async def _defer(
+        self, batch: Batch, key: str, held: Held | None = None, taken: Sequence[Taken] = ()
+    ) -> Outcome:
+        """Another instance runs this conversation, or an earlier message of it
+        is unfinished: leave the batch's messages (and `taken`, claimed with
+        the lease `held`, freed here) in the inbox, in order: the run holding
+        the conversation takes them when it ends, the recovery sweep takes
+        them with the earlier ones (oldest first) when nobody does; wake it."""
         msgs = [t.payload.origin for t in [*batch.tickets, *batch.take_more()]]
         keys = [m.dedupe_key for m in msgs if m.dedupe_key]
-        await self.s.inbox.requeue(msgs[0].platform, keys)
+        await self.s.inbox.requeue(msgs[0].platform, [*keys, *(t.event_id for t in taken)])
+        if held is not None:
+            try:
+                await self.s.leases.release(held)
+            except Exception:
+                log.warning("lease.release_failed conversation=%s (it expires)", key, exc_info=True)
         await self.s.coordination.notify("inbox", key)
-        log.info("run.deferred conversation=%s messages=%d (running elsewhere)", key, len(keys))
+        why = "running elsewhere" if held is None else "an earlier message is unfinished"
+        log.info("run.deferred conversation=%s messages=%d (%s)", key, len(keys), why)
         return Outcome("queued")
 
     def left_for_us(self, conversation_key: str) -> None:
