@@ -51,6 +51,7 @@ from bot.pipeline.services import Services
 from bot.pipeline.take_lease import take_conversation
 from bot.ports import Adapter, ChannelMark, CommandInfo, Leadership
 from bot.store.leases import Held
+from bot.store.transient import log_failure
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
@@ -431,8 +432,8 @@ class Pipeline:
         if taken is None:
             try:
                 taken = await self.s.inbox.claim_pending(conversation.key)
-            except Exception:
-                log.exception("inbox.pending_not_taken conversation=%s", conversation.key)
+            except Exception as exc:
+                log_failure(log, exc, "inbox.pending_not_taken conversation=%s", conversation.key)
                 return []
         group = batch.tickets[0].group
         added: list[Ticket] = []
@@ -464,8 +465,8 @@ class Pipeline:
         (When something waits here, its run adopts them first.)"""
         try:
             taken = await hand_back(self.s, key, held, ended)
-        except Exception:
-            log.exception("inbox.pending_not_taken conversation=%s (the sweep will)", key)
+        except Exception as exc:
+            log_failure(log, exc, "inbox.pending_not_taken conversation=%s (the sweep will)", key)
         else:
             for item in taken:
                 self._resume_later(item)
@@ -480,8 +481,8 @@ class Pipeline:
         async def resume() -> None:
             try:
                 await self.resume(item.message(), deliver=item.deliver)
-            except Exception:
-                log.exception("inbox.resume_failed event_id=%s", item.event_id)
+            except Exception as exc:
+                log_failure(log, exc, "inbox.resume_failed event_id=%s", item.event_id)
 
         task = asyncio.create_task(resume(), name=f"resume:{item.event_id}")
         self._resuming.add(task)
