@@ -181,6 +181,8 @@ class Pipeline:
         """A lease taken early (at intake, or with a new account) that no run
         took over: free it; what it took from the inbox runs as if taken over."""
         await self._early.release(early)
+        if early.waiting:
+            log.info("lease.handed_back messages=%d (taken at intake)", len(early.waiting))
         for item in early.waiting:
             self._resume_later(item)
 
@@ -468,6 +470,8 @@ class Pipeline:
         except Exception as exc:
             log_failure(log, exc, "inbox.pending_not_taken conversation=%s (the sweep will)", key)
         else:
+            if taken:
+                log.info("run.passed_on conversation=%s messages=%d", key, len(taken))
             for item in taken:
                 self._resume_later(item)
             return
