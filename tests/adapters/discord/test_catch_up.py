@@ -3,9 +3,12 @@ the channel's history after a new session, answered once, and never again."""
 
 from __future__ import annotations
 
+import asyncio
+
 from adapters.discord import create_adapter
 from tests.adapters.discord.helpers import SECRETS, settle
 from tests.fakes.anthropic import FakeAnthropic, last_user_text, text_reply
+from tests.fakes.chaos import Fault
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import BOT_ID, CHANNEL_ID, OTHER_CHANNEL_ID
 
@@ -90,3 +93,43 @@ async def test_a_channel_with_nothing_stored_is_caught_up_too(
     await settle(fake_discord, adapter)
     assert [p.content for p in fake_discord.visible(OTHER_CHANNEL_ID)] == ["re: over here"]
     assert [p.content for p in fake_discord.visible(CHANNEL_ID)] == ["re: one"]
+
+
+async def test_a_live_message_waits_for_the_catch_up_of_what_came_before_it(
+    make_app, fake_discord: FakeDiscord, fake_anthropic: FakeAnthropic
+):
+    """Sent while the bot was away, then one delivered live as the new session
+    reads the channel's history: answered in the order they were sent."""
+    start = starter(make_app, fake_discord, fake_anthropic)
+    app, adapter = await start()
+    await fake_discord.dispatch("MESSAGE_CREATE", fake_discord.user_message(f"<@{BOT_ID}> one"))
+    await fake_discord.wait_for_message(CHANNEL_ID, 1)
+    await settle(fake_discord, adapter)
+    await app.close()
+
+    fake_discord.user_message(f"<@{BOT_ID}> two")  # while away
+    reading = asyncio.Event()
+
+    def slow_history(name: str) -> Fault | None:
+        if name == "GET /channels/{channel}/messages" and not reading.is_set():
+            reading.set()
+            return Fault.hang(3.0)  # answered after: the catch-up stays under way meanwhile
+        return None
+
+    fake_discord.chaos = slow_history
+    app, adapter = await start()
+    await reading.wait()
+    await fake_discord.dispatch("MESSAGE_CREATE", fake_discord.user_message(f"<@{BOT_ID}> three"))
+    await fake_discord.wait_until(
+        lambda: any("three" in p.content for p in fake_discord.visible(CHANNEL_ID))
+    )
+    await settle(fake_discord, adapter)
+    texts = [p.content for p in fake_discord.visible(CHANNEL_ID)]
+    asked = [
+        " ".join(b["text"] for b in r.messages[-1]["content"] if b.get("type") == "text")
+        for r in fake_anthropic.requests
+    ]
+    # "two" answered before "three", or with it (one run, answered by its last line)
+    assert texts[0] == "re: one" and texts[-1] == "re: three", texts
+    assert "re: two" not in texts or texts.index("re: two") < texts.index("re: three"), texts
+    assert any("two" in a for a in asked), asked
