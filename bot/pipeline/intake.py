@@ -269,12 +269,12 @@ class Inbox:
         )
         earlier = aliased(InboxItem)
         behind_a_live_lease = (
-            select(earlier.id)
+            select(col(earlier.id))
             .where(
-                earlier.conversation_key == col(InboxItem.conversation_key),
-                earlier.id < col(InboxItem.id),
+                col(earlier.conversation_key) == col(InboxItem.conversation_key),
+                col(earlier.id) < col(InboxItem.id),
                 col(earlier.state).in_(OPEN_STATES),
-                earlier.lease_expires_at >= now,
+                col(earlier.lease_expires_at) >= now,
             )
             .exists()
         )
