@@ -439,13 +439,16 @@ class Pipeline:
                 return []
         group = batch.tickets[0].group
         added: list[Ticket] = []
-        for item in taken:
+        later = False  # after another's message: in order, after it
+        for item in sorted(taken, key=lambda t: t.id):
             msg = item.message()
-            if not (item.deliver and msg.source == "user"):
+            if later or not (item.deliver and msg.source == "user"):
+                later = True
                 self._resume_later(item)
                 continue
             sender = await self.s.identity.resolve(msg)
             if (sender.id, msg.source) != group:
+                later = True
                 self._resume_later(item)
                 continue
             prepared = await self._prepare(

@@ -49,6 +49,7 @@ _LOST = (
     "connection refused",
     "connection lost",
     "the database system is",
+    "another operation is in progress",  # asyncpg, on a connection cut mid-statement
 )
 """Words of a lost connection, for drivers that give no error code."""
 
