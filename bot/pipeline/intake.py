@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal, select, update
+from sqlalchemy import bindparam, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlmodel import col
@@ -328,8 +328,11 @@ class Inbox:
         self, conversation_key: str, platform: str, event_ids: Sequence[str]
     ) -> bool:
         """Whether a message of the conversation accepted before the first of
-        `event_ids` is still open (waiting, running elsewhere, or left by a
-        process that died): a run of these must not go first."""
+        `event_ids` is still open and not this instance's (waiting for
+        another, running elsewhere, or left by a process that died): a run of
+        these must not go first. (This instance's own are in order here: the
+        messages waiting were claimed with the lease, and the ones in hand
+        queue in arrival order.)"""
         if not event_ids:
             return False
         first = (
@@ -346,6 +349,7 @@ class Inbox:
                 col(InboxItem.conversation_key) == conversation_key,
                 col(InboxItem.state).in_(OPEN_STATES),
                 col(InboxItem.id) < first,
+                or_(col(InboxItem.lease_owner).is_(None), col(InboxItem.lease_owner) != self.owner),
             )
             .exists()
         )
