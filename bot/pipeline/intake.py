@@ -275,6 +275,8 @@ class Inbox:
                 col(earlier.id) < col(InboxItem.id),
                 col(earlier.state).in_(OPEN_STATES),
                 col(earlier.lease_expires_at) >= now,
+                # this instance's own are in order here (they queue in arrival order)
+                or_(col(earlier.lease_owner).is_(None), col(earlier.lease_owner) != self.owner),
             )
             .exists()
         )
@@ -287,7 +289,8 @@ class Inbox:
         candidates = (
             select(col(InboxItem.id), col(InboxItem.lease_owner), col(InboxItem.conversation_key))
             # In order per conversation: not while an earlier message is still
-            # leased (its holder died: it is taken first, once its lease ends).
+            # leased to another instance (its holder died: it is taken first,
+            # once its lease ends).
             # (Not asked again by the UPDATE, which sees the earlier ones it
             # has just taken as leased.)
             .where(*expired, ~behind_a_live_lease)
