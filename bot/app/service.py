@@ -338,7 +338,7 @@ class App:
             leases=leases,
             coordination=coordination,
             instances=Instances(self.store, self.instance),
-            renewals=[self.scheduler.jobs.renew],
+            renewals=[self.scheduler.renew_fires],
             takeovers=[self.scheduler.take_over_fires],
         )
         return self.pipeline
