@@ -180,15 +180,13 @@ async def test_a_wakeup_killed_mid_fire_runs_again_within_seconds(
         service.kill()
         await service.stop()
         first_call.set()
-        restarted = asyncio.get_running_loop().time()
         await service.start()
+        # Taken over when its lease (3 s here) expires, not an hour later: wait_for's bound.
         await wait_for(lambda: replies_in(slack, "D1") != [], "the wakeup's answer", service)
-        taken_over_after = asyncio.get_running_loop().time() - restarted
         await asyncio.sleep(1.5)
         await service.stop()
 
     assert replies_in(slack, "D1") == ["Good morning!"]
-    assert taken_over_after < 30  # the lease (3 s here), not an hour
     store = database.store()
     try:
         async with store.read() as s:
