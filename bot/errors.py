@@ -59,6 +59,9 @@ class ProviderError(BotError):
     """The LLM provider failed. Never turned into a normal reply."""
 
     retryable: bool = False
+    tried: tuple[str, ...] = ()
+    """The models of the call's fallback chain that were asked, when more
+    than one was (`bot.llm.router`): the whole chain failed."""
 
 
 class ProviderRateLimited(ProviderError):

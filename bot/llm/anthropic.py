@@ -20,7 +20,6 @@ Notes on the SDK (2.x):
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import re
 import time
@@ -62,6 +61,7 @@ from bot.llm.anthropic_search import (
 )
 from bot.llm.caching import breakpoints, is_blank
 from bot.llm.capabilities import Feature
+from bot.llm.retry_after import retry_after
 from bot.llm.types import (
     Block,
     ChatMessage,
@@ -479,22 +479,3 @@ def map_error(exc: anthropic.APIError) -> ProviderError:
     if status in (408, 504) or (status or 0) >= 500 or etype in ("api_error", "timeout_error"):
         return ProviderUnavailable(msg)
     return ProviderError(msg)
-
-
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after``; None if absent."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) * scale)
-        except ValueError:
-            pass
-        if name == "retry-after":
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                return None
-            return max(0.0, when.timestamp() - time.time())
-    return None

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from bot.accounts.budgets import BudgetStatus
+from bot.accounts.budgets import BudgetStatus, economy_model
 from bot.accounts.holds import BudgetRefused, HoldOwner
 from bot.accounts.identity import UserRecord
 from bot.agent.events import RunEvents
@@ -134,6 +134,17 @@ class Runner:
         )
         persona = s.personas.resolve(first.platform, first.platform_server_id, history.persona_name)
         model = persona.model or (llm.fast_model if first.source == "scheduler" else llm.model)
+        if isinstance(budget, BudgetStatus) and (
+            economy := economy_model(s.budgets.settings, budget)
+        ):
+            log.info(
+                "run.economy user=%s model=%s share_left=%.3f (instead of %s)",
+                user.id,
+                economy,
+                budget.share_left or 0.0,
+                model,
+            )
+            model = economy
         run = _Run(claim_run_id(), user, conversation, persona, model, first)
         # The run's lines carry its id; it is the message's own unless another
         # run took that one (`bot.logs.claim_run_id`).
@@ -405,6 +416,7 @@ class Runner:
             inbox=inbox if first.source == "user" else None,
             meter=meter,
             found=search.take_found if search is not None else None,
+            fallback=persona.fallback if persona.fallback is not None else tuple(llm.fallback),
         )
 
     # -- after the loop -----------------------------------------------------
