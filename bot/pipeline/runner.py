@@ -72,6 +72,16 @@ PROVIDER_REASONS = {
 }
 
 
+def provider_failure(exc: ProviderError) -> str:
+    """The one line a user sees when no model answered (the whole fallback chain
+    failed, or a failure no other model may be asked about)."""
+    if exc.tried:
+        reason = "none of the configured models answered"
+    else:
+        reason = PROVIDER_REASONS.get(type(exc).__name__, "provider error")
+    return PROVIDER_ERROR_REPLY.format(reason=reason)
+
+
 @dataclass(frozen=True, slots=True)
 class _Run:
     id: str
@@ -449,10 +459,8 @@ class Runner:
                 kind,
                 exc,
             )
-            reason = PROVIDER_REASONS.get(kind, "provider error")
-            return _Result(
-                "failed", error=f"{kind}: {exc}", notice=PROVIDER_ERROR_REPLY.format(reason=reason)
-            )
+            tried = f" (tried {', '.join(exc.tried)})" if exc.tried else ""
+            return _Result("failed", error=f"{kind}: {exc}{tried}", notice=provider_failure(exc))
         if exc is not None:
             log.error("run.crashed run=%s", run_id, exc_info=exc)
             return _Result(
