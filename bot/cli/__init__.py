@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bot import __version__
-from bot.cli import admin, chat, db, jobs, mcp, personas, run, trace
+from bot.cli import admin, chat, db, jobs, mcp, models, personas, run, trace
 from bot.errors import BotError, ConfigError, StartupError
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("switchboard.cli")
 
-GROUPS = (run, chat, db, trace, personas, admin, jobs, mcp)
+GROUPS = (run, chat, db, trace, personas, admin, jobs, mcp, models)
 
 
 def _common() -> argparse.ArgumentParser:

@@ -172,7 +172,8 @@ class FakeOpenAI:
             self._script.extend(items)
 
     def script_for(self, key: str, *items: Item) -> None:
-        """Replies for requests made with this key only (before the common script)."""
+        """Replies for requests made with this key, or for this model, only
+        (before the common script)."""
         with self._lock:
             self._keyed.setdefault(key, deque()).extend(items)
 
@@ -213,9 +214,10 @@ class FakeOpenAI:
 
     def _next(self, key: str | None, body: dict[str, Any]) -> Item:
         with self._lock:
-            keyed = self._keyed.get(key or "")
-            if keyed:
-                return keyed.popleft()
+            for who in (key or "", str(body.get("model"))):
+                keyed = self._keyed.get(who)
+                if keyed:
+                    return keyed.popleft()
             if self._script:
                 return self._script.popleft()
         return f"echo: {last_user_text(body)}"
