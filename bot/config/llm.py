@@ -135,6 +135,11 @@ class LLMSettings(Section):
     def _empty_is_none(cls, value: str | None) -> str | None:
         return _http_url(value)
 
+    @field_validator("auxiliary_model")
+    @classmethod
+    def _empty_model(cls, value: str | None) -> str | None:
+        return value if value and value.strip() else None
+
     @field_validator("prices")
     @classmethod
     def _merge_defaults(cls, value: dict[str, Price]) -> dict[str, Price]:

@@ -144,6 +144,11 @@ class BudgetSettings(Section):
     unset: no economy model."""
     economy_below: float = Field(default=0.1, gt=0, lt=1)
 
+    @field_validator("economy_model")
+    @classmethod
+    def _empty_model(cls, value: str | None) -> str | None:
+        return value if value and value.strip() else None
+
     def for_role(self, role: Role) -> int | None:
         value: int | None = getattr(self, role.value)
         return value
