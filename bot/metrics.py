@@ -41,7 +41,7 @@ SqliteWrites = Callable[[], tuple[int, int, float]]
 """SQLite's writes so far: turns on the write lock, commits, seconds waited."""
 
 OTHER = "other"
-_TOKEN = re.compile(r"[A-Za-z0-9_.:/\-]{1,96}")
+_TOKEN = re.compile(r"[A-Za-z0-9_.:/\-]{1,64}")
 RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
 WAKEUP_OUTCOMES = ("answered", "silent", "refused", "failed", "delivery_failed", "missed")

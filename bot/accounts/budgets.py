@@ -91,23 +91,6 @@ class BudgetStatus:
     def resets_at(self) -> datetime:
         return period_end(self.period)
 
-    @property
-    def share_left(self) -> float | None:
-        """What is left of a limited allowance, as a share of it (None: unlimited)."""
-        limit = self.limit
-        if limit is None:
-            return None
-        return (self.remaining or 0) / limit if limit > 0 else 0.0
-
-
-def economy_model(settings: BudgetSettings, status: BudgetStatus) -> str | None:
-    """The model that answers a user whose allowance is nearly spent
-    (`[budgets] economy_model` below `economy_below` of it left), or None."""
-    share = status.share_left
-    if settings.economy_model is None or share is None or share >= settings.economy_below:
-        return None
-    return settings.economy_model
-
 
 @dataclass(frozen=True, slots=True)
 class Charge:

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.accounts.audit import Audit
-from bot.accounts.budgets import Budgets, BudgetStatus, LimitMode, economy_model
+from bot.accounts.budgets import Budgets, BudgetStatus, LimitMode
 from bot.accounts.directory import Directory, Person
+from bot.accounts.economy import economy_model
 from bot.accounts.usage import UsageBook, UsageReport, UserUsage
 from bot.errors import CommandDenied, CommandError
 from bot.formatting.text import columns, counted, plural

@@ -23,7 +23,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from bot.accounts.budgets import BudgetStatus, economy_model
+from bot.accounts.budgets import BudgetStatus
+from bot.accounts.economy import economy_model, share_left
 from bot.accounts.holds import BudgetRefused, HoldOwner
 from bot.accounts.identity import UserRecord
 from bot.agent.events import RunEvents
@@ -151,7 +152,7 @@ class Runner:
                 "run.economy user=%s model=%s share_left=%.3f (instead of %s)",
                 user.id,
                 economy,
-                budget.share_left or 0.0,
+                share_left(budget) or 0.0,
                 model,
             )
             model = economy
