@@ -224,7 +224,8 @@ class App:
         results = ResultStore(self.store, agent.tool_result_max_chars)
         self.media.results = results  # long documents are kept where tool results are
         memory = memory_tools(memories) if agent.memory else []
-        hold = agent.run_timeout_seconds + llm.timeout_seconds * (llm.max_retries + 1) + 60
+        call = llm.timeout_seconds * (llm.max_retries + 1) * (len(llm.fallback) + 1)  # the chain
+        hold = agent.run_timeout_seconds + call + 60
         budgets = Budgets(
             self.store, self.settings.budgets, hold_seconds=hold, instance=self.instance
         )
