@@ -8,7 +8,7 @@ import hashlib
 import logging
 import tomllib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -70,6 +70,8 @@ class PersonaRecord:
     heartbeat_minutes: float | None = None
     heartbeat_prompt: str | None = None
     fallback: tuple[str, ...] | None = None
+    source: str = field(default="", repr=False, compare=False)
+    """The file it was read from (named when its model is refused)."""
 
 
 def load_persona_dir(directory: Path) -> list[tuple[PersonaRecord, Path]]:
@@ -117,6 +119,7 @@ def _load_file(path: Path) -> PersonaRecord:
         heartbeat_minutes=spec.heartbeat_minutes,
         heartbeat_prompt=spec.heartbeat_prompt,
         fallback=spec.fallback,
+        source=str(path),
     )
 
 

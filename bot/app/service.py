@@ -120,7 +120,15 @@ def provider_factory(
     api_key = key.get_secret_value() if key is not None else None
     if uses_builtin(settings.configured_models()):
         api_key = secrets.require("anthropic_api_key")
-    router = build_router(settings.llm, os.environ, builtin_key=api_key, on_fallback=on_fallback)
+    from_sdk = settings.llm.base_url is None and os.environ.get("ANTHROPIC_BASE_URL")
+    url_setting = "ANTHROPIC_BASE_URL" if from_sdk else "llm.base_url"
+    router = build_router(
+        settings.llm,
+        os.environ,
+        builtin_key=api_key,
+        builtin_url_setting=url_setting,
+        on_fallback=on_fallback,
+    )
     return lambda: router
 
 

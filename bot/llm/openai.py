@@ -29,14 +29,18 @@ from openai.types.chat import ChatCompletionChunk
 
 from bot.errors import (
     ContextWindowExceeded,
+    ModelNotFound,
     Overloaded,
     ProviderAuthError,
     ProviderBadRequest,
+    ProviderEndpoint,
     ProviderError,
     ProviderRateLimited,
     ProviderUnavailable,
+    ProviderUnreachable,
 )
 from bot.llm.capabilities import Feature
+from bot.llm.failures import public_url
 from bot.llm.retry_after import retry_after
 from bot.llm.types import (
     Block,
@@ -83,7 +87,11 @@ class OpenAIProvider:
         max_retries: int = 2,
         timeout: float = 600.0,
         max_connections: int | None = None,
+        url_setting: str = "base_url",
+        key_env: str = "(no key)",
     ) -> None:
+        """`url_setting` and `key_env` name, in the failures people are told
+        of, the setting that chose the URL and the variable that holds the key."""
         self.label = label
         self._api_key = api_key
         size = 1000 if max_connections is None else max_connections
@@ -97,10 +105,19 @@ class OpenAIProvider:
             ),
         )
         self._max_completion_tokens = base_url is None or "api.openai.com" in base_url
+        url = public_url(str(self._client.base_url))
+        self.endpoint = ProviderEndpoint(url, url_setting, key_env)
 
     async def complete(
         self, request: LLMRequest, on_text: TextCallback | None = None
     ) -> LLMResponse:
+        try:
+            return await self._complete(request, on_text)
+        except ProviderError as exc:  # where the call went, for its wording (bot.llm.failures)
+            exc.endpoint, exc.model = self.endpoint, request.model
+            raise
+
+    async def _complete(self, request: LLMRequest, on_text: TextCallback | None) -> LLMResponse:
         params = build_params(request)
         cap = "max_completion_tokens" if self._max_completion_tokens else "max_tokens"
         started = time.monotonic()
@@ -123,7 +140,7 @@ class OpenAIProvider:
         except httpx2.TimeoutException as exc:
             raise ProviderUnavailable(f"{self.label} API request timed out") from exc
         except httpx2.RequestError as exc:
-            raise ProviderUnavailable(
+            raise ProviderUnreachable(
                 f"connection to the {self.label} API failed ({type(exc).__name__})"
             ) from exc
         if reply.finish is None:
@@ -325,7 +342,7 @@ def map_error(exc: openai.APIError, label: str) -> ProviderError:
     if isinstance(exc, openai.APITimeoutError):
         return ProviderUnavailable(f"{label} API request timed out")
     if isinstance(exc, openai.APIConnectionError):
-        return ProviderUnavailable(f"could not connect to the {label} API")
+        return ProviderUnreachable(f"could not connect to the {label} API")
     if not isinstance(exc, openai.APIStatusError):
         return ProviderError(f"unexpected response from the {label} API ({type(exc).__name__})")
     status = exc.status_code
@@ -337,14 +354,24 @@ def map_error(exc: openai.APIError, label: str) -> ProviderError:
         msg += f": {api_message[:500]}"
     if exc.request_id:
         msg += f" (request_id={exc.request_id})"
+    error = _classify(status, code, api_message, msg, exc.response.headers)
+    error.status = status
+    return error
+
+
+def _classify(
+    status: int, code: str, api_message: str, msg: str, headers: Mapping[str, str]
+) -> ProviderError:
     if status == 429:
-        return ProviderRateLimited(msg, retry_after(exc.response.headers))
+        return ProviderRateLimited(msg, retry_after(headers))
     if status == 529 or status == 503:
-        return Overloaded(msg, retry_after(exc.response.headers))
+        return Overloaded(msg, retry_after(headers))
     if status in (401, 402, 403):
         return ProviderAuthError(msg)
     if status == 400 and (code in _CONTEXT_CODES or "context length" in api_message.lower()):
         return ContextWindowExceeded(msg)
+    if status == 404 and (code == "model_not_found" or "model" in api_message.lower()):
+        return ModelNotFound(msg)
     if status in (408, 504) or status >= 500:
         return ProviderUnavailable(msg)
     if 400 <= status < 500:

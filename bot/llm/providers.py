@@ -38,6 +38,7 @@ def build_router(
     environ: Mapping[str, str],
     *,
     builtin_key: str | None,
+    builtin_url_setting: str = "llm.base_url",
     on_fallback: Observer | None = None,
 ) -> ModelRouter:
     """A router over the built-in provider and every `[llm.providers.NAME]`."""
@@ -49,6 +50,7 @@ def build_router(
             max_retries=llm.max_retries,
             timeout=llm.timeout_seconds,
             max_connections=llm.max_in_flight,
+            url_setting=builtin_url_setting,
         )
 
     routes = [Route(BUILTIN_PROVIDER, builtin, MODULES["anthropic"], KIND_TAKES["anthropic"])]
@@ -73,24 +75,29 @@ def _route(
     retries = config.max_retries if config.max_retries is not None else llm.max_retries
     pool = config.max_in_flight or llm.max_in_flight
 
-    def client(key: str | None) -> Provider:
+    url_setting = f"llm.providers.{name}.base_url"
+
+    def client(key: str | None, env: str) -> Provider:
         if config.kind == "anthropic":
             return _anthropic(
-                api_key=key, base_url=config.base_url, max_retries=retries,
-                timeout=timeout, max_connections=pool,
+                api_key=key, base_url=config.base_url, max_retries=retries, timeout=timeout,
+                max_connections=pool, url_setting=url_setting, key_env=env,
             )  # fmt: skip
         from bot.llm.openai import OpenAIProvider
 
         return OpenAIProvider(
             label=name, api_key=key, base_url=config.base_url, max_retries=retries,
-            timeout=timeout, max_connections=pool,
+            timeout=timeout, max_connections=pool, url_setting=url_setting, key_env=env,
         )  # fmt: skip
 
     def build() -> Provider:
+        envs = config.key_envs
         provider: Provider = (
-            KeyPool(name, [client(k) for k in keys], config.key_envs)
+            KeyPool(name, [client(k, e) for k, e in zip(keys, envs, strict=True)], envs)
             if len(keys) > 1
-            else client(keys[0] if keys else None)
+            else client(keys[0], envs[0])
+            if keys
+            else client(None, f"(none: {name} takes no key)")
         )
         if config.max_in_flight is not None:
             provider = GatedProvider(provider, FairLimiter(config.max_in_flight))
@@ -102,7 +109,19 @@ def _route(
     return Route(name, build, MODULES[config.kind], takes)
 
 
-def _anthropic(**options: object) -> AnthropicProvider:
+def _anthropic(
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    max_retries: int,
+    timeout: float,
+    max_connections: int,
+    url_setting: str,
+    key_env: str = "ANTHROPIC_API_KEY",
+) -> AnthropicProvider:
     from bot.llm.anthropic import AnthropicProvider
 
-    return AnthropicProvider(**options)  # type: ignore[arg-type]
+    return AnthropicProvider(
+        api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout,
+        max_connections=max_connections, url_setting=url_setting, key_env=key_env,
+    )  # fmt: skip

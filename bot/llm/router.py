@@ -116,6 +116,7 @@ class ModelRouter:
             try:
                 return await self._ask(model, request, on_text)
             except ProviderError as exc:
+                exc.model = model  # as config names it (the wording of failures)
                 reason = fallback_reason(exc)
                 if reason is None or index == len(chain) - 1:
                     if index:

@@ -190,7 +190,7 @@ async def test_a_bad_request_never_falls_back(make_app, fake_anthropic, fake_ope
     assert outcome.status == "failed"
     assert fake_openai.requests == []  # never sent elsewhere
     (line,) = adapter.texts
-    assert "the request was rejected" in line and "\n" not in line
+    assert "refused the request (400)" in line and "\n" not in line
 
 
 async def test_when_the_whole_chain_fails_the_user_gets_one_line(
@@ -203,7 +203,7 @@ async def test_when_the_whole_chain_fails_the_user_gets_one_line(
 
     assert outcome.status == "failed"
     (line,) = adapter.texts
-    assert "none of the configured models answered" in line and "\n" not in line
+    assert "none of the configured models could answer" in line and "\n" not in line
     assert fallbacks(app, "local/backup", "overloaded") == 1
 
 
