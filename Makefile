@@ -7,7 +7,7 @@ ARGS   ?=
 JOBS   ?= auto
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: help install run chat test test-browser lint bench soak clean
+.PHONY: help install run chat test test-fast test-browser lint bench soak clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ chat: $(STAMP)  ## terminal chat with the agent
 test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0: one process)
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(JOBS) $(ARGS)
+
+test-fast: $(STAMP)  ## the tests that are not e2e, slow or perf: what to run while working (under a minute)
+	$(BIN)/pytest -n $(JOBS) -m "not e2e and not slow and not perf" $(ARGS)
 
 test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
 	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)

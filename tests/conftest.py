@@ -21,6 +21,8 @@ from tests.fakes.anthropic import FakeAnthropic
 POSTGRES_URL = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL")
 TEST_API_KEY = "sk-ant-test-0123456789abcdef"
 
+pytest_plugins = ["tests.tiers"]  # the tiers: e2e, slow, perf (and the rule that keeps them)
+
 BACKENDS = [
     "sqlite",
     pytest.param(

@@ -36,7 +36,7 @@ from tests.fakes.slack import BOT_USER_ID, FakeSlack, event_body
 from tests.pipeline.test_crash_recovery import dm_event, replies_in, wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 USED_UP = "tokens this month; the allowance resets on"
 

@@ -11,10 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_e2e_chat import run_cli
 from tests.conftest import TEST_API_KEY
 from tests.fakes.anthropic import FakeAnthropic, FakeUsage, text_reply, tool_call, tool_use_reply
 from tests.paths import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
 
 ROOT = REPO_ROOT
 

@@ -15,6 +15,8 @@ from tests.conftest import TEST_API_KEY
 from tests.fakes.anthropic import FakeAnthropic, FakeUsage, auth_error, text_reply
 from tests.paths import REPO_ROOT
 
+pytestmark = pytest.mark.e2e
+
 ROOT = REPO_ROOT
 
 
