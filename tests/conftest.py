@@ -3,10 +3,8 @@ SWITCHBOARD_TEST_POSTGRES_URL is set), the fake Anthropic API and a wired App.""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
-import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,8 @@ from bot.app import App
 from bot.config import Secrets, Settings
 from bot.store import Store
 from tests.fakes.anthropic import FakeAnthropic
+from tests.migrated import Migrated
+from tests.migrated import make as make_migrated
 
 POSTGRES_URL = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL")
 TEST_API_KEY = "sk-ant-test-0123456789abcdef"
@@ -67,16 +67,6 @@ class Database:
     def store(self, **options: Any) -> Store:
         return Store(self.url, schema=self.schema, **options)
 
-    def migrated_from(self, template: Path | None) -> None:
-        """SQLite: start as a copy of `template`, a database the migrations
-        made (so `Store.upgrade` finds it at head: ~0.2 s of CPU less a test)."""
-        if self.backend != "sqlite" or template is None:
-            return
-        path = Path(self.url.removeprefix("sqlite+aiosqlite:///"))
-        if not path.exists():
-            shutil.copyfile(template, path)
-            path.chmod(0o600)
-
     def settings_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"url": self.url}
         if self.schema:
@@ -85,22 +75,9 @@ class Database:
 
 
 @pytest.fixture(scope="session")
-def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite database the migrations made, once per test process, that the
-    `store` and `make_app` fixtures copy (tests of migrating use `database`)."""
-    db = Database("sqlite", tmp_path_factory.mktemp("migrated"))
-
-    async def migrate() -> None:
-        store = db.store()
-        try:
-            await store.upgrade()
-        finally:
-            await store.dispose()
-
-    asyncio.run(migrate())
-    path = Path(db.url.removeprefix("sqlite+aiosqlite:///"))
-    assert not Path(f"{path}-wal").exists(), "the template must be whole in one file"
-    return path
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Migrated:
+    """Databases the migrations made, once per test process (tests/migrated.py)."""
+    return make_migrated(tmp_path_factory.mktemp("migrated"), POSTGRES_URL)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -133,8 +110,8 @@ async def sqlite_database(tmp_path: Path) -> Database:
 
 
 @pytest.fixture
-async def store(database: Database, migrated_sqlite: Path) -> AsyncIterator[Store]:
-    database.migrated_from(migrated_sqlite)
+async def store(database: Database, migrated: Migrated) -> AsyncIterator[Store]:
+    await migrated.into(database)
     store = database.store()
     await store.upgrade()
     try:
@@ -169,11 +146,11 @@ AppFactory = Callable[..., Any]
 
 @pytest.fixture
 async def make_app(
-    database: Database, fake_anthropic: FakeAnthropic, migrated_sqlite: Path
+    database: Database, fake_anthropic: FakeAnthropic, migrated: Migrated
 ) -> AsyncIterator[AppFactory]:
     """Build and open an App on the test database, talking to the fake API."""
     apps: list[App] = []
-    database.migrated_from(migrated_sqlite)
+    await migrated.into(database)
 
     async def factory(*, tools: Any = (), clock: Any = None, **sections: Any) -> App:
         app = App(
