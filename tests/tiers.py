@@ -30,6 +30,9 @@ import pytest
 E2E, SLOW, PERF = "e2e", "slow", "perf"
 FAST = f"not {E2E} and not {SLOW} and not {PERF}"
 """`make test-fast`'s selection."""
+E2E_TIMEOUT_S = 600.0
+"""pytest-timeout's hang guard for an `e2e` test at least: a subprocess's start
+and every CLI call take many times longer on a busy machine."""
 
 SERVICE_MODULES = ("bot", "bot.cli", "bot.__main__")
 """What `python -m …` runs when it runs the service (or its CLI)."""
@@ -111,6 +114,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if not is_marked(item, E2E) and uses_a_service_fixture(item):
             item.add_marker(E2E)
+        if is_marked(item, E2E) and _timeout(item) < E2E_TIMEOUT_S:
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
+
+
+def _timeout(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is None or not marker.args:
+        return float(item.config.getini("timeout") or 0)
+    return float(marker.args[0])
 
 
 @pytest.hookimpl(wrapper=True)

@@ -44,7 +44,7 @@ def run_cli(
         text=True,
         env=child_env,
         cwd=ROOT,
-        timeout=60,
+        timeout=300,  # a hang guard: a start takes seconds, on a busy machine a minute
     )
 
 
