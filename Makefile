@@ -23,6 +23,10 @@ run: $(STAMP)  ## start every enabled platform; with none, a terminal chat
 chat: $(STAMP)  ## terminal chat with the agent
 	$(BIN)/switchboard chat $(ARGS)
 
+# The tests start Python hundreds of times: let them keep compiled bytecode even
+# where PYTHONDONTWRITEBYTECODE is set (each process would compile the project again).
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
+
 test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0: one process)
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(JOBS) $(ARGS)
