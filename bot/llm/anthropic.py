@@ -153,7 +153,7 @@ class AnthropicProvider:
             size = DEFAULT_POOL if max_connections is None else max_connections
             http_client = anthropic.DefaultAioHttpClient(
                 limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
-                verify=client_context(),  # the process's one (loading CAs is slow)
+                verify=client_context(),  # the process's one: loading CAs is slow
             )
         try:
             if base_url is None:
