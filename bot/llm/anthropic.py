@@ -76,6 +76,7 @@ from bot.llm.types import (
     ToolSpec,
     ToolUseBlock,
 )
+from bot.tls import client_context
 from bot.types import Usage
 
 log = logging.getLogger("switchboard.llm")
@@ -150,7 +151,8 @@ class AnthropicProvider:
         if http_client is None:
             size = DEFAULT_POOL if max_connections is None else max_connections
             http_client = anthropic.DefaultAioHttpClient(
-                limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size)
+                limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
+                verify=client_context(),  # the process's one: loading CAs is slow
             )
         try:
             if base_url is None:

@@ -31,7 +31,7 @@ from tests.fakes.anthropic import FakeAnthropic, last_user_text, text_reply
 from tests.fakes.slack import FakeSlack, event_body
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 NOT_STREAMED = {"SWITCHBOARD__STREAMING__SLACK__ENABLED": "false"}
 
 
