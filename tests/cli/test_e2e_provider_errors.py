@@ -8,9 +8,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_e2e_chat import run_cli
 from tests.conftest import TEST_API_KEY
 from tests.fakes.anthropic import FakeAnthropic, overloaded_error, rate_limit_error
+
+pytestmark = pytest.mark.e2e
 
 WRONG_KEY = "sk-ant-wrong-key-5f3a9c"
 NO_RETRIES = {"SWITCHBOARD__LLM__MAX_RETRIES": "0"}

@@ -20,7 +20,7 @@ from tests.fakes.anthropic import FakeAnthropic
 from tests.fakes.slack import FakeSlack
 from tests.service_rig import Service, free_port, service_env
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
 async def test_a_sigterm_during_start_up_is_a_clean_stop(
