@@ -34,13 +34,12 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import StartupError
-from bot.store import direct, sqlite_driver
+from bot.store import compat, direct, outside, sqlite_driver
 from bot.store.checkpoints import Checkpoints
 from bot.store.diagnose import explain, missing_tables
 from bot.store.files import ensure_directory, private_file
 from bot.store.group import Group, Ticket, WriteStats
 from bot.store.kept import Kept
-from bot.store.outside import OutsideWrites
 from bot.store.pool import KeepingPool, ping_on_checkout
 from bot.store.sessions import Sessions, in_direct_read, in_transaction, on_kept
 
@@ -65,8 +64,13 @@ class Store:
         pool_timeout: float = 30.0,
         sqlite_on_loop: bool = True,
         group_commit: bool = True,
+        fast_path: bool = True,
     ) -> None:
         self.url = make_url(url)
+        self.fast_path = fast_path and compat.fast_path_usable()
+        """The speed mechanisms on (`bot.store.compat`); off: the plain path,
+        stock aiosqlite and SQLAlchemy Core (`[database] fast_path`, or the
+        installed dependencies not what the fast path relies on)."""
         self.dialect = self.url.get_backend_name()
         connect_args: dict[str, Any] = {}
         pool: dict[str, Any] = {}
@@ -79,15 +83,24 @@ class Store:
             # done one message at a time keeps reusing the one warm connection
             # (thread) instead of rotating through the pool, so a message is
             # not handed between threads; concurrent work still opens more.
-            if self.url.database not in (None, "", ":memory:"):
+            if self.fast_path and self.url.database not in (None, "", ":memory:"):
                 database, options = _sqlite_connect_args(self.url)
                 pool = {
                     "pool_use_lifo": True,
                     # one thread hand-off per statement (`bot.store.sqlite_driver`)
                     "async_creator": lambda: sqlite_driver.connect(database, **options),
                 }
-        else:
+        elif self.fast_path:
             pool = {**KeepingPool.sized(pool_size, max_overflow), "pool_timeout": pool_timeout}
+            # statements run straight on asyncpg (`bot.store.direct.driver_of`)
+            pool["execution_options"] = {direct.ON_DRIVER: True}
+        else:
+            pool = {
+                "pool_size": pool_size,
+                "max_overflow": max_overflow,
+                "pool_timeout": pool_timeout,
+                "pool_pre_ping": True,
+            }
             # pg_stat_activity names the service's connections (and the schema's)
             settings = {"application_name": f"switchboard:{schema}" if schema else "switchboard"}
             if schema:
@@ -100,11 +113,18 @@ class Store:
         # health checks), so a saturated pool delays work, not intake.
         self.urgent_engine: AsyncEngine = self.engine
         if self.dialect != "sqlite":
+            urgent: dict[str, Any] = {
+                "pool_size": URGENT_POOL_SIZE,
+                "max_overflow": URGENT_POOL_SIZE * 2,
+                "pool_pre_ping": True,
+            }
+            if self.fast_path:
+                urgent = {
+                    **KeepingPool.sized(URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2),
+                    "execution_options": {direct.ON_DRIVER: True},
+                }
             self.urgent_engine = create_async_engine(
-                url,
-                connect_args=connect_args,
-                pool_timeout=pool_timeout,
-                **KeepingPool.sized(URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2),
+                url, connect_args=connect_args, pool_timeout=pool_timeout, **urgent
             )
         self._reads_on_loop = False
         """SQLite with statements on the loop: reads use `_held_reader`"""
@@ -115,7 +135,7 @@ class Store:
             if on_loop:
                 self._checkpoints = Checkpoints(database)
             _tune_sqlite(self.engine, busy_timeout_ms, self._checkpoints)
-        else:
+        elif self.fast_path:
             for engine in {self.engine, self.urgent_engine}:
                 ping_on_checkout(engine)
         # SQLite has one writer at a time. Queue this process's writers on a lock
@@ -123,7 +143,7 @@ class Store:
         # file), where those queued together share a commit (`bot.store.group`).
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._group = Group(self._write_lock or asyncio.Lock(), self._release_writer, group_commit)
-        self.outside = OutsideWrites()
+        self.outside = outside.OutsideWrites()
         """SQLite: what another process wrote, seen where a message starts (its
         intake, a wakeup's claim: `write(fresh=True)`, `bot.store.outside`)"""
         self._writer = Sessions(self.engine)
@@ -139,7 +159,9 @@ class Store:
         self._kept: Kept | None = None
         """PostgreSQL: connections kept for `read` and `write_one` (`bot.store.kept`)"""
         self._kept_urgent: Kept | None = None
-        if self.dialect != "sqlite":
+        self._held_version: outside.ConnectionVersion | None = None
+        """SQLite's plain path: the held connection's data version (`fresh`)"""
+        if self.dialect != "sqlite" and self.fast_path:
             self._kept = Kept.within(self.engine, pool_size, max_overflow)
             self._kept_urgent = Kept.within(
                 self.urgent_engine, URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2
@@ -182,6 +204,8 @@ class Store:
             sessions = await self._sqlite_writer()
             write = self._held_write
             if write is None:
+                if fresh and self._held_version is not None:
+                    await self.outside.look(self._held_version)
                 transaction = in_transaction(sessions)
             else:
                 if fresh:
@@ -252,6 +276,7 @@ class Store:
             self._held_writer = Sessions(held)
             driver = _driver_of(held)
             self._held_write = None if driver is None else direct.Write(held, driver)
+            self._held_version = outside.ConnectionVersion(held) if driver is None else None
         return self._held_writer
 
     async def _direct_reader(
@@ -280,7 +305,7 @@ class Store:
 
     async def _release_writer(self) -> None:
         held, self._held = self._held, None
-        self._held_write = None
+        self._held_write = self._held_version = None
         if held is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(held.close())
