@@ -101,6 +101,7 @@ class Store:
                 "pool_timeout": pool_timeout,
                 "pool_pre_ping": True,
             }
+        if self.dialect != "sqlite":
             # pg_stat_activity names the service's connections (and the schema's)
             settings = {"application_name": f"switchboard:{schema}" if schema else "switchboard"}
             if schema:
