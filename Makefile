@@ -7,7 +7,7 @@ ARGS   ?=
 JOBS   ?= auto
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: help install run chat test test-browser lint bench soak clean
+.PHONY: help install run chat test test-plain test-browser lint bench soak clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,13 @@ run: $(STAMP)  ## start every enabled platform; with none, a terminal chat
 chat: $(STAMP)  ## terminal chat with the agent
 	$(BIN)/switchboard chat $(ARGS)
 
-test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0: one process)
+test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0: one process), then test-plain
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(JOBS) $(ARGS)
+	$(MAKE) --no-print-directory test-plain
+
+test-plain: $(STAMP)  ## the store and pipeline tests again on the plain path ([database] fast_path = false: bot/store/compat.py)
+	SWITCHBOARD_TEST_FAST_PATH=0 $(BIN)/pytest -n $(JOBS) -q -m "not fast_path" tests/store tests/pipeline
 
 test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
 	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)
