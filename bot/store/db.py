@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     create_async_engine,
 )
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import StartupError
@@ -83,13 +83,13 @@ class Store:
             # done one message at a time keeps reusing the one warm connection
             # (thread) instead of rotating through the pool, so a message is
             # not handed between threads; concurrent work still opens more.
-            if self.fast_path and self.url.database not in (None, "", ":memory:"):
+            if self.url.database not in (None, "", ":memory:"):
+                # (SQLAlchemy's own choice for a file since 2.1; 2.0 chose NullPool)
+                pool = {"poolclass": AsyncAdaptedQueuePool, "pool_use_lifo": True}
+            if self.fast_path and pool:
                 database, options = _sqlite_connect_args(self.url)
-                pool = {
-                    "pool_use_lifo": True,
-                    # one thread hand-off per statement (`bot.store.sqlite_driver`)
-                    "async_creator": lambda: sqlite_driver.connect(database, **options),
-                }
+                # one thread hand-off per statement (`bot.store.sqlite_driver`)
+                pool["async_creator"] = lambda: sqlite_driver.connect(database, **options)
         elif self.fast_path:
             pool = {**KeepingPool.sized(pool_size, max_overflow), "pool_timeout": pool_timeout}
             # statements run straight on asyncpg (`bot.store.direct.driver_of`)

@@ -307,7 +307,7 @@ def _processed(
         value = values[position]
         if value is not None:
             values[position] = process(value)
-    return values
+    return tuple(values)
 
 
 def _each_argument(
@@ -320,7 +320,7 @@ def _each_argument(
             continue
         value = p[key] if index < 0 else p[key][index]
         values.append(value if process is None or value is None else process(value))
-    return values
+    return tuple(values)
 
 
 ON_DRIVER = "switchboard_on_driver"
