@@ -11,6 +11,11 @@ A SQLite database file this service creates is readable by its owner only
 `echo` logs each SQL statement once, through our handler (so redaction
 applies): the `sqlalchemy.engine` logger goes to INFO. (SQLAlchemy's own
 `echo=True` adds a second handler, and every statement printed twice.)
+
+Over 500 lines: the Store is one concept, the kinds of session it hands out,
+each beside the engine, lock and connections it keeps for them, on both paths
+(`bot.store.compat`); cut in two, one kind's rules would sit away from the
+connections they share.
 """
 
 from __future__ import annotations
