@@ -29,7 +29,7 @@ test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0
 	$(MAKE) --no-print-directory test-plain
 
 test-plain: $(STAMP)  ## the store and pipeline tests again on the plain path ([database] fast_path = false: bot/store/compat.py)
-	SWITCHBOARD_TEST_FAST_PATH=0 $(BIN)/pytest -n $(JOBS) -q -m "not fast_path" tests/store tests/pipeline
+	SWITCHBOARD_TEST_FAST_PATH=0 $(BIN)/pytest -n $(JOBS) -q -m "not fast_path and not e2e and not slow and not perf" tests/store tests/pipeline
 
 test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
 	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)
