@@ -248,9 +248,10 @@ class Store:
         """A session for one write statement, atomic by itself (several parts
         combined: `bot.store.rows.combined`): on PostgreSQL in autocommit, no
         BEGIN and COMMIT round trips (`urgent`: on the connections kept for
-        intake and leases, as `write_urgent`); on SQLite, `write()`."""
-        if self._write_lock is not None:
-            async with self.write() as session:
+        intake and leases, as `write_urgent`); on SQLite, `write()`. On the
+        plain path its parts are statements of their own: a transaction."""
+        if self._write_lock is not None or not self.fast_path:
+            async with self.write_urgent() if urgent else self.write() as session:
                 yield session
             return
         sessions, kept = (
