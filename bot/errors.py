@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class BotError(Exception):
     """Base of every error Switchboard raises on purpose."""
@@ -55,10 +57,30 @@ class DeliveryFailed(AdapterError):
     """A reply could not be delivered after retries."""
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderEndpoint:
+    """Where a provider's calls go and which settings say so: what the wording
+    of its failures names (`bot.llm.failures`). Names only, never a secret."""
+
+    url: str
+    """The base URL the calls go to (no credentials, no query)."""
+    url_setting: str
+    """The setting that sets `url`: "llm.base_url"."""
+    key_env: str
+    """The environment variable that holds the key: "ANTHROPIC_API_KEY"."""
+
+
 class ProviderError(BotError):
-    """The LLM provider failed. Never turned into a normal reply."""
+    """The LLM provider failed. Never turned into a normal reply.
+
+    The provider sets `endpoint` and `model` (the model the call asked for) on
+    what it raises, so that the wording for people can name them."""
 
     retryable: bool = False
+    endpoint: ProviderEndpoint | None = None
+    model: str | None = None
+    status: int | None = None
+    """The HTTP status the API answered with, when it answered."""
 
 
 class ProviderRateLimited(ProviderError):
@@ -78,9 +100,13 @@ class Overloaded(ProviderError):
 
 
 class ProviderUnavailable(ProviderError):
-    """Connection failure or timeout."""
+    """Connection failure, timeout, a cut stream or a server error."""
 
     retryable = True
+
+
+class ProviderUnreachable(ProviderUnavailable):
+    """No connection could be made to the API's URL."""
 
 
 class ProviderAuthError(ProviderError):
@@ -93,6 +119,10 @@ class ProviderBadRequest(ProviderError):
 
 class ContextWindowExceeded(ProviderBadRequest):
     """The prompt does not fit the model's context window."""
+
+
+class ModelNotFound(ProviderBadRequest):
+    """The API has no model of the name asked for (or the key may not use it)."""
 
 
 class ToolFailed(BotError):

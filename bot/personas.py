@@ -8,7 +8,7 @@ import hashlib
 import logging
 import tomllib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -66,6 +66,8 @@ class PersonaRecord:
     description: str = ""
     heartbeat_minutes: float | None = None
     heartbeat_prompt: str | None = None
+    source: str = field(default="", repr=False, compare=False)
+    """The file it was read from (named when its model is refused)."""
 
 
 def load_persona_dir(directory: Path) -> list[tuple[PersonaRecord, Path]]:
@@ -112,6 +114,7 @@ def _load_file(path: Path) -> PersonaRecord:
         description=spec.description,
         heartbeat_minutes=spec.heartbeat_minutes,
         heartbeat_prompt=spec.heartbeat_prompt,
+        source=str(path),
     )
 
 

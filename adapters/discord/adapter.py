@@ -57,7 +57,7 @@ from adapters.discord.parse import (
 from adapters.discord.render import render
 from adapters.discord.streaming import LiveDiscordMessage, StreamRest
 from bot.config import DiscordSettings, Secrets, Settings
-from bot.errors import ConfigError, DeliveryFailed, StartupError
+from bot.errors import ConfigError, DeliveryFailed, ShuttingDown, StartupError
 from bot.ports import Core, SendProgress, hand_over
 from bot.types import BotIdentity, IncomingMessage, Reply, Target
 
@@ -78,6 +78,10 @@ class DiscordAdapter:
         self._endpoints: Endpoints | None = None
         self._connection: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._caught_up = asyncio.Event()
+        """Clear while a new session catches up: live messages wait for it, so
+        that what was sent while the bot was away is taken in first (in order)."""
+        self._caught_up.set()
         self._files = Downloader(settings.max_file_bytes)
         self._stream = StreamRest()
         self.identity = BotIdentity(PLATFORM, "")
@@ -186,16 +190,18 @@ class DiscordAdapter:
 
     def _on_new_session(self) -> None:
         if self.settings.catch_up_channels and self.identity.user_id:
+            self._caught_up.clear()
             self._spawn(self._catch_up())
 
     async def _catch_up(self) -> None:
         client, core = self._client, self._core
-        if client is None or core is None:
-            return
         try:
-            await catch_up(client, core, self.settings, self._parse, self._tasks)
+            if client is not None and core is not None:
+                await catch_up(client, core, self.settings, self._parse, self._tasks)
         except Exception:
             log.exception("discord.catch_up_failed")
+        finally:
+            self._caught_up.set()
 
     def _parse(self, payload: Mapping[str, Any]) -> IncomingMessage | None:
         return parse_message(payload, self.identity, bot_role_ids=self._bot_roles(payload))
@@ -210,7 +216,10 @@ class DiscordAdapter:
             msg = self._parse(payload)
             if msg is None or self._core is None:
                 return
+            await self._caught_up.wait()  # after what was missed before it
             await self._core.handle(msg)  # stored first; files are fetched after
+        except ShuttingDown:  # not stored: the next session's catch-up reads it
+            log.warning("discord.not_taken id=%s: shutting down", payload.get("id"))
         except Exception:
             log.exception("discord.message_failed id=%s", payload.get("id"))
 

@@ -7,7 +7,10 @@ could not resume) the adapter asks the core for the channels with recent
 traffic and the newest message it stored of each (`Core.recent_channels`),
 reads each channel's history after that message (`GET /channels/{id}/messages`,
 bounded in channels, age and count: `[discord] catch_up_*`) and hands every
-message to the pipeline like a live one. The inbox makes the ones already
+message to the pipeline like a live one. The other text channels of the
+session's guilds, of which nothing was stored lately, are read too, from
+the start of that window: the first message of a channel may be the one
+sent while the bot was away. The inbox makes the ones already
 stored no-ops, and the gate drops what was not addressed to the bot.
 """
 
@@ -15,17 +18,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import discord
 
 from bot.config import DiscordSettings
-from bot.ports import Core, hand_over
+from bot.ports import ChannelMark, Core, hand_over
 
 log = logging.getLogger("switchboard.discord")
 
 Parse = Callable[[Mapping[str, Any]], Any]
+
+
+def unmarked(
+    client: discord.Client, marks: list[ChannelMark], window: timedelta, room: int
+) -> list[ChannelMark]:
+    """The text channels of the session's guilds with nothing stored within
+    `window` (at most `room`), each marked at the window's start."""
+    since = str(discord.utils.time_snowflake(datetime.now(UTC) - window, high=False))
+    known = {mark.channel_id for mark in marks}
+    found: list[ChannelMark] = []
+    for guild in client.guilds:
+        for channel in guild.text_channels:
+            if len(found) >= room:
+                return found
+            if str(channel.id) not in known:
+                found.append(ChannelMark(str(channel.id), str(guild.id), since))
+    return found
 
 
 async def catch_up(
@@ -37,9 +57,9 @@ async def catch_up(
 ) -> int:
     """Feed the messages missed in recently active channels through the pipeline.
     Returns how many were taken."""
-    marks = await core.recent_channels(
-        "discord", timedelta(hours=settings.catch_up_hours), settings.catch_up_channels
-    )
+    window = timedelta(hours=settings.catch_up_hours)
+    marks = list(await core.recent_channels("discord", window, settings.catch_up_channels))
+    marks += unmarked(client, marks, window, settings.catch_up_channels - len(marks))
     taken = channels = 0
     for mark in marks:
         try:

@@ -108,6 +108,8 @@ def provider_factory(settings: Settings, secrets: Secrets) -> Callable[[], Provi
     """What builds the configured provider: its settings are checked now (a
     missing key raises here), the SDK is imported when it is called."""
     api_key = secrets.require("anthropic_api_key")
+    from_sdk = settings.llm.base_url is None and os.environ.get("ANTHROPIC_BASE_URL")
+    url_setting = "ANTHROPIC_BASE_URL" if from_sdk else "llm.base_url"
 
     def build() -> Provider:
         from bot.llm.anthropic import AnthropicProvider
@@ -118,6 +120,7 @@ def provider_factory(settings: Settings, secrets: Secrets) -> Callable[[], Provi
             max_retries=settings.llm.max_retries,
             timeout=settings.llm.timeout_seconds,
             max_connections=settings.llm.max_in_flight,
+            url_setting=url_setting,
         )
 
     return build
@@ -336,7 +339,7 @@ class App:
             leases=leases,
             coordination=coordination,
             instances=Instances(self.store, self.instance),
-            renewals=[self.scheduler.jobs.renew],
+            renewals=[self.scheduler.renew_fires],
             takeovers=[self.scheduler.take_over_fires],
         )
         return self.pipeline

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import logging
 import signal
 import sys
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from bot.cli.startup_logs import HeldLogs
@@ -32,17 +34,18 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, secrets: Secrets
         logs = logging.getLogger("switchboard")  # a chat's screen: warnings only
         logs.setLevel(max(logs.getEffectiveLevel(), logging.WARNING))
     app = App(settings, secrets)
+    # SIGTERM/SIGINT are ours before anything serves (/healthz answers as soon
+    # as the web server listens): one arriving while the service starts ends
+    # the start and drains what was taken, never the process as it stands.
+    stop = _stop_on_signals() if platforms else None
     # Until everything is up, log records wait: a failed start is one line.
     verbose = getattr(args, "debug", False) or log.isEnabledFor(logging.DEBUG)
     with HeldLogs(verbose=verbose):
         try:
-            await app.open()
-            settle_heap(collect=True)
-            if platforms:
-                await app.start_adapters(platforms)
-                await app.start_scheduler()
-                app.start_recovery()
-            settle_heap(collect=False)
+            if not await _unless_stopped(_start(app, platforms), stop):
+                log.info("shutdown requested while starting; draining")
+                await app.close(settings.inbox.drain_seconds)
+                return 0
         except BaseException:
             await app.close(settings.inbox.drain_seconds)
             raise
@@ -56,7 +59,9 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, secrets: Secrets
             if sys.stdin.isatty():
                 return await chat_in_terminal(app, settings, None)
             return 1
-        await _wait_for_stop()
+        assert stop is not None
+        await stop.wait()
+        log.info("shutdown requested; draining")
         return 0
     finally:
         await app.close(settings.inbox.drain_seconds)
@@ -89,9 +94,18 @@ def settle_heap(*, collect: bool) -> None:
     gc.set_threshold(YOUNG_OBJECTS, OLDER_EVERY, gc.get_threshold()[2])
 
 
-async def _wait_for_stop() -> None:
-    import asyncio
+async def _start(app: Any, platforms: Any) -> None:
+    await app.open()
+    settle_heap(collect=True)
+    if platforms:
+        await app.start_adapters(platforms)
+        await app.start_scheduler()
+        app.start_recovery()
+    settle_heap(collect=False)
 
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM (their handlers installed now)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -99,5 +113,25 @@ async def _wait_for_stop() -> None:
         # there, Ctrl-C still ends the process through KeyboardInterrupt.
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("shutdown requested; draining")
+    return stop
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event | None) -> bool:
+    """Run `work` unless `stop` is set first (then it is cancelled): whether it
+    finished."""
+    task = asyncio.ensure_future(work)
+    if stop is None:
+        await task
+        return True
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False

@@ -45,12 +45,15 @@ from anthropic.types import (
 
 from bot.errors import (
     ContextWindowExceeded,
+    ModelNotFound,
     Overloaded,
     ProviderAuthError,
     ProviderBadRequest,
+    ProviderEndpoint,
     ProviderError,
     ProviderRateLimited,
     ProviderUnavailable,
+    ProviderUnreachable,
 )
 from bot.llm.anthropic_search import (
     citation_params,
@@ -62,6 +65,7 @@ from bot.llm.anthropic_search import (
 )
 from bot.llm.caching import breakpoints, is_blank
 from bot.llm.capabilities import Feature
+from bot.llm.failures import public_url
 from bot.llm.types import (
     Block,
     ChatMessage,
@@ -144,7 +148,11 @@ class AnthropicProvider:
         timeout: float = 600.0,
         max_connections: int | None = None,
         http_client: httpx2.AsyncClient | None = None,
+        url_setting: str = "llm.base_url",
+        key_env: str = "ANTHROPIC_API_KEY",
     ) -> None:
+        """`url_setting` and `key_env` name, in the failures people are told
+        of, the setting that chose the URL and the variable that holds the key."""
         self._api_key = api_key
         # The SDK's own client class keeps its defaults (timeouts, redirects,
         # proxies from the environment); only the transport and the pool change.
@@ -166,11 +174,22 @@ class AnthropicProvider:
                 )  # fmt: skip
         except anthropic.CredentialsError as exc:  # a broken credentials profile on disk
             raise ProviderAuthError(_credentials_message(exc)) from exc
+        url = public_url(str(self._client.base_url))
+        self.endpoint = ProviderEndpoint(url, url_setting, key_env)
 
     async def complete(
         self, request: LLMRequest, on_text: TextCallback | None = None
     ) -> LLMResponse:
         """Stream one completion, calling `on_text` with each text delta."""
+        try:
+            return await self._complete(request, on_text)
+        except ProviderError as exc:  # where the call went, for its wording (bot.llm.failures)
+            exc.endpoint, exc.model = self.endpoint, request.model
+            raise
+
+    async def _complete(
+        self, request: LLMRequest, on_text: TextCallback | None = None
+    ) -> LLMResponse:
         self._check_credentials()
         params = build_params(request)
         started = time.monotonic()
@@ -446,7 +465,7 @@ def map_error(exc: anthropic.APIError) -> ProviderError:
     if isinstance(exc, anthropic.APITimeoutError):
         return ProviderUnavailable("Anthropic API request timed out")
     if isinstance(exc, anthropic.APIConnectionError):
-        return ProviderUnavailable("could not connect to the Anthropic API")
+        return ProviderUnreachable("could not connect to the Anthropic API")
     if not isinstance(exc, anthropic.APIStatusError):
         return ProviderError(f"unexpected response from the Anthropic API ({type(exc).__name__})")
 
@@ -460,10 +479,18 @@ def map_error(exc: anthropic.APIError) -> ProviderError:
     if exc.request_id:
         msg += f" (request_id={exc.request_id})"
 
+    error = _classify(status, etype, api_message, msg, exc.response.headers)
+    error.status = status
+    return error
+
+
+def _classify(
+    status: int | None, etype: str | None, api_message: str, msg: str, headers: Mapping[str, str]
+) -> ProviderError:
     if status == 429 or etype == "rate_limit_error":
-        return ProviderRateLimited(msg, retry_after(exc.response.headers))
+        return ProviderRateLimited(msg, retry_after(headers))
     if status == 529 or etype == "overloaded_error":
-        return Overloaded(msg, retry_after(exc.response.headers))
+        return Overloaded(msg, retry_after(headers))
     if status in (401, 402, 403) or etype in (
         "authentication_error",
         "permission_error",
@@ -474,6 +501,8 @@ def map_error(exc: anthropic.APIError) -> ProviderError:
         if _CONTEXT_TOO_LONG.search(api_message):
             return ContextWindowExceeded(msg)
         return ProviderBadRequest(msg)
+    if etype == "not_found_error" and "model" in api_message.lower():
+        return ModelNotFound(msg)  # the API's words: "model: claude-…"
     if status in (404, 413, 422) or etype in ("not_found_error", "request_too_large"):
         return ProviderBadRequest(msg)
     if status in (408, 504) or (status or 0) >= 500 or etype in ("api_error", "timeout_error"):

@@ -88,11 +88,18 @@ class Batch:
         return self.paused_for + since
 
     def take_more(self) -> list[Ticket]:
-        """Tickets of the same group that arrived since the run started."""
+        """Tickets of the same group that arrived since the run started, up to
+        the first of another group (it is answered before the ones after it)."""
         if self.stopped is not None:
             return []
         group = self.tickets[0].group
-        taken = [t for t in self.lane.pending if t.group == group and not t.taken]
+        taken = []
+        for ticket in self.lane.pending:
+            if ticket.taken:
+                continue
+            if ticket.group != group:
+                break
+            taken.append(ticket)
         for ticket in taken:
             ticket.taken = True
             self.lane.pending.remove(ticket)

@@ -51,6 +51,7 @@ from bot.pipeline.services import Services
 from bot.pipeline.take_lease import take_conversation
 from bot.ports import Adapter, ChannelMark, CommandInfo, Leadership
 from bot.store.leases import Held
+from bot.store.transient import log_failure
 from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
@@ -180,6 +181,8 @@ class Pipeline:
         """A lease taken early (at intake, or with a new account) that no run
         took over: free it; what it took from the inbox runs as if taken over."""
         await self._early.release(early)
+        if early.waiting:
+            log.info("lease.handed_back messages=%d (taken at intake)", len(early.waiting))
         for item in early.waiting:
             self._resume_later(item)
 
@@ -347,6 +350,8 @@ class Pipeline:
             log.warning("wakeup.busy conversation=%s (running elsewhere)", conversation.key)
             return Outcome("failed")
         if first.source == "user":
+            if await self._earlier_unfinished(batch, conversation.key, pending):
+                return await self._defer(batch, conversation.key, held, pending)
             self._left_for_us.discard(conversation.key)
             if await self._adopt_pending(batch, conversation, pending):
                 batch.tickets.sort(key=lambda t: t.payload.origin.received_at)
@@ -370,14 +375,40 @@ class Pipeline:
             if held is not None:
                 await asyncio.shield(self._pass_on(conversation.key, held, ended))
 
-    async def _defer(self, batch: Batch, key: str) -> Outcome:
-        """Another instance runs this conversation: leave the batch's messages in
-        the inbox for it (it takes them when its run ends) and wake it."""
+    async def _earlier_unfinished(self, batch: Batch, key: str, pending: list[Taken]) -> bool:
+        """Whether an earlier message of the conversation than this run's is
+        still open: running on another instance, left by a process that died
+        (its lease not over yet, or handed back at shutdown), or taken with
+        the lease from another sender (it would run after this one)."""
+        msgs = [t.payload.origin for t in batch.tickets]
+        keys = [m.dedupe_key for m in msgs if m.dedupe_key]
+        if not keys:
+            return False
+        try:
+            return await self.s.inbox.earlier_unfinished(key, msgs[0].platform, keys)
+        except Exception as exc:  # the run goes on: the order is the only thing at stake
+            log.warning("inbox.order_not_checked conversation=%s: %s", key, exc)
+            return False
+
+    async def _defer(
+        self, batch: Batch, key: str, held: Held | None = None, taken: Sequence[Taken] = ()
+    ) -> Outcome:
+        """Another instance runs this conversation, or an earlier message of it
+        is unfinished: leave the batch's messages (and `taken`, claimed with
+        the lease `held`, freed here) in the inbox, in order: the run holding
+        the conversation takes them when it ends, the recovery sweep takes
+        them with the earlier ones (oldest first) when nobody does; wake it."""
         msgs = [t.payload.origin for t in [*batch.tickets, *batch.take_more()]]
         keys = [m.dedupe_key for m in msgs if m.dedupe_key]
-        await self.s.inbox.requeue(msgs[0].platform, keys)
+        await self.s.inbox.requeue(msgs[0].platform, [*keys, *(t.event_id for t in taken)])
+        if held is not None:
+            try:
+                await self.s.leases.release(held)
+            except Exception:
+                log.warning("lease.release_failed conversation=%s (it expires)", key, exc_info=True)
         await self.s.coordination.notify("inbox", key)
-        log.info("run.deferred conversation=%s messages=%d (running elsewhere)", key, len(keys))
+        why = "running elsewhere" if held is None else "an earlier message is unfinished"
+        log.info("run.deferred conversation=%s messages=%d (%s)", key, len(keys), why)
         return Outcome("queued")
 
     def left_for_us(self, conversation_key: str) -> None:
@@ -403,18 +434,21 @@ class Pipeline:
         if taken is None:
             try:
                 taken = await self.s.inbox.claim_pending(conversation.key)
-            except Exception:
-                log.exception("inbox.pending_not_taken conversation=%s", conversation.key)
+            except Exception as exc:
+                log_failure(log, exc, "inbox.pending_not_taken conversation=%s", conversation.key)
                 return []
         group = batch.tickets[0].group
         added: list[Ticket] = []
-        for item in taken:
+        later = False  # after another's message: in order, after it
+        for item in sorted(taken, key=lambda t: t.id):
             msg = item.message()
-            if not (item.deliver and msg.source == "user"):
+            if later or not (item.deliver and msg.source == "user"):
+                later = True
                 self._resume_later(item)
                 continue
             sender = await self.s.identity.resolve(msg)
             if (sender.id, msg.source) != group:
+                later = True
                 self._resume_later(item)
                 continue
             prepared = await self._prepare(
@@ -436,9 +470,11 @@ class Pipeline:
         (When something waits here, its run adopts them first.)"""
         try:
             taken = await hand_back(self.s, key, held, ended)
-        except Exception:
-            log.exception("inbox.pending_not_taken conversation=%s (the sweep will)", key)
+        except Exception as exc:
+            log_failure(log, exc, "inbox.pending_not_taken conversation=%s (the sweep will)", key)
         else:
+            if taken:
+                log.info("run.passed_on conversation=%s messages=%d", key, len(taken))
             for item in taken:
                 self._resume_later(item)
             return
@@ -452,8 +488,8 @@ class Pipeline:
         async def resume() -> None:
             try:
                 await self.resume(item.message(), deliver=item.deliver)
-            except Exception:
-                log.exception("inbox.resume_failed event_id=%s", item.event_id)
+            except Exception as exc:
+                log_failure(log, exc, "inbox.resume_failed event_id=%s", item.event_id)
 
         task = asyncio.create_task(resume(), name=f"resume:{item.event_id}")
         self._resuming.add(task)

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal, select, update
+from sqlalchemy import bindparam, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import aliased
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -266,6 +267,19 @@ class Inbox:
             )
             .exists()
         )
+        earlier = aliased(InboxItem)
+        behind_a_live_lease = (
+            select(col(earlier.id))
+            .where(
+                col(earlier.conversation_key) == col(InboxItem.conversation_key),
+                col(earlier.id) < col(InboxItem.id),
+                col(earlier.state).in_(OPEN_STATES),
+                col(earlier.lease_expires_at) >= now,
+                # this instance's own are in order here (they queue in arrival order)
+                or_(col(earlier.lease_owner).is_(None), col(earlier.lease_owner) != self.owner),
+            )
+            .exists()
+        )
         expired = (
             col(InboxItem.state).in_(OPEN_STATES),
             col(InboxItem.lease_expires_at) < now,
@@ -274,7 +288,12 @@ class Inbox:
         )
         candidates = (
             select(col(InboxItem.id), col(InboxItem.lease_owner), col(InboxItem.conversation_key))
-            .where(*expired)
+            # In order per conversation: not while an earlier message is still
+            # leased to another instance (its holder died: it is taken first,
+            # once its lease ends).
+            # (Not asked again by the UPDATE, which sees the earlier ones it
+            # has just taken as leased.)
+            .where(*expired, ~behind_a_live_lease)
             .order_by(col(InboxItem.id))
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -307,6 +326,38 @@ class Inbox:
         taken = [_taken(row) for row in rows]
         taken.sort(key=lambda t: t.id)
         return taken
+
+    async def earlier_unfinished(
+        self, conversation_key: str, platform: str, event_ids: Sequence[str]
+    ) -> bool:
+        """Whether a message of the conversation accepted before the first of
+        `event_ids` is still open and not this instance's (waiting for
+        another, running elsewhere, or left by a process that died): a run of
+        these must not go first. (This instance's own are in order here: the
+        messages waiting were claimed with the lease, and the ones in hand
+        queue in arrival order.)"""
+        if not event_ids:
+            return False
+        first = (
+            select(func.min(InboxItem.id))
+            .where(
+                col(InboxItem.platform) == platform,
+                col(InboxItem.event_id).in_(list(event_ids)),
+            )
+            .scalar_subquery()
+        )
+        query = select(
+            select(col(InboxItem.id))
+            .where(
+                col(InboxItem.conversation_key) == conversation_key,
+                col(InboxItem.state).in_(OPEN_STATES),
+                col(InboxItem.id) < first,
+                or_(col(InboxItem.lease_owner).is_(None), col(InboxItem.lease_owner) != self.owner),
+            )
+            .exists()
+        )
+        async with self._store.read() as session:
+            return bool((await execute(session, query)).scalar())
 
     async def requeue(self, platform: str, event_ids: Sequence[str]) -> int:
         """Give messages back to the queue (their conversation is running on

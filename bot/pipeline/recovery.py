@@ -42,6 +42,7 @@ from bot.store import Store
 from bot.store.coordination import MISSED, Coordination
 from bot.store.instances import Instances
 from bot.store.leases import Leases
+from bot.store.transient import log_failure
 from bot.types import IncomingMessage, Reply
 
 log = logging.getLogger("switchboard.recovery")
@@ -145,8 +146,8 @@ class Housekeeper:
                 if first or swept.messages or swept.replies or swept.failed or swept.fires:
                     log.info("recovery.%s %s", "started" if first else "sweep", swept)
                 first = False
-            except Exception:
-                log.exception("recovery.sweep_failed")
+            except Exception as exc:  # the next sweep tries again
+                log_failure(log, exc, "recovery.sweep_failed")
             self._poke.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poke.wait(), self.settings.sweep_seconds)
@@ -202,13 +203,13 @@ class Housekeeper:
         for take_over in self.takeovers:
             try:
                 swept.fires += await take_over()
-            except Exception:
-                log.exception("recovery.takeover_failed")
+            except Exception as exc:
+                log_failure(log, exc, "recovery.takeover_failed")
         if self.pipeline.s.actions is not None:  # held actions nobody decided in time
             try:
                 await self.pipeline.s.actions.expire()
-            except Exception:
-                log.exception("recovery.expire_actions_failed")
+            except Exception as exc:
+                log_failure(log, exc, "recovery.expire_actions_failed")
         for outgoing in await self.outbox.take_expired(self.platforms):
             log.info(
                 "outbox.recovered id=%s platform=%s parts_sent=%d",
@@ -248,8 +249,8 @@ class Housekeeper:
         for item, msg in messages:
             try:
                 await self.pipeline.resume(msg, deliver=True)
-            except Exception:
-                log.exception("inbox.resume_failed event_id=%s", item.event_id)
+            except Exception as exc:
+                log_failure(log, exc, "inbox.resume_failed event_id=%s", item.event_id)
 
     async def _give_up(self, item: Taken, msg: IncomingMessage) -> None:
         log.warning(

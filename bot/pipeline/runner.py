@@ -34,6 +34,7 @@ from bot.agent.state import ContextLimits, RunInput, RunSpec, RunState
 from bot.agent.untrusted import screen_memories
 from bot.conversations import ConversationRecord, ConversationState
 from bot.errors import BudgetExceeded, ProviderError
+from bot.llm.failures import explain
 from bot.llm.tokens import prompt_tokens
 from bot.logs import claim_run_id, current_run_id, new_run_id, run_scope
 from bot.personas import PersonaRecord
@@ -53,23 +54,11 @@ from bot.types import IncomingMessage, Outcome, Reply, ReplyKind
 
 log = logging.getLogger("switchboard.pipeline")
 
-PROVIDER_ERROR_REPLY = (
-    "Sorry, I couldn't get an answer from the AI service just now ({reason}). "
-    "Please try again in a moment."
-)
 INTERNAL_ERROR_REPLY = "Sorry, something went wrong on my side. The error has been logged."
 TIMEOUT_REPLY = "_(This took longer than {seconds:g} seconds, so I stopped.)_"
 RETRY_AFTER_S = (0.5, 2.0)
 """A run that met a database failure that passes (`bot.store.transient`) is
 run again after each of these pauses; after the last, it fails as any other."""
-PROVIDER_REASONS = {
-    "Overloaded": "the service is overloaded",
-    "ProviderRateLimited": "rate limited",
-    "ProviderUnavailable": "the service is unreachable",
-    "ProviderAuthError": "the service rejected our credentials",
-    "ContextWindowExceeded": "the conversation is too long",
-    "ProviderBadRequest": "the request was rejected",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +229,7 @@ class Runner:
             turn = self._turn(run, state, batch, failed, meter, interrupted=True)
             await s.writer.save(turn)
             return None
-        result = self._classify(end, error, state, spec)
+        result = self._classify(end, error, state, spec, run)
         outcome = self._outcome(result, first, run.id, _echoes(state))
         held = s.actions.take_held(run.id) if s.actions is not None else []
         if held:  # the Confirm / Cancel prompts go out with the run's answer
@@ -410,7 +399,7 @@ class Runner:
     # -- after the loop -----------------------------------------------------
 
     def _classify(
-        self, end: RunEnd, exc: BaseException | None, state: RunState, spec: RunSpec
+        self, end: RunEnd, exc: BaseException | None, state: RunState, spec: RunSpec, run: _Run
     ) -> _Result:
         run_id = spec.context.run_id
         if end == "stop":
@@ -437,10 +426,8 @@ class Runner:
                 kind,
                 exc,
             )
-            reason = PROVIDER_REASONS.get(kind, "provider error")
-            return _Result(
-                "failed", error=f"{kind}: {exc}", notice=PROVIDER_ERROR_REPLY.format(reason=reason)
-            )
+            notice = explain(exc, _model_origin(run) if exc.model == run.model else None)
+            return _Result("failed", error=f"{kind}: {exc}", notice=notice)
         if exc is not None:
             log.error("run.crashed run=%s", run_id, exc_info=exc)
             return _Result(
@@ -600,3 +587,13 @@ def _log_run(
         (time.perf_counter() - started) * 1000,
         budget,
     )
+
+
+def _model_origin(run: _Run) -> str:
+    """Where the run's model is configured, as people are told it."""
+    persona = run.persona
+    if persona.model:
+        return f'the persona "{persona.name}" ({persona.source or "its file"}: model)'
+    if run.first.source == "scheduler":
+        return "[llm] fast_model (scheduled wakeups)"
+    return "[llm] model"

@@ -254,23 +254,26 @@ class Jobs:
             )
             return [i for i in rows.all() if i is not None]
 
-    async def renew(self) -> int:
-        """Extend the leases of the fires this instance is running."""
-        return await self._set_leases(self.lease)
+    async def renew(self, job_ids: Collection[int] | None = None) -> int:
+        """Extend the leases of the fires this instance is running (of
+        `job_ids` only, when given)."""
+        return await self._set_leases(self.lease, job_ids)
 
     async def release(self) -> int:
         """Hand this instance's running fires to the next process (shutdown)."""
         return await self._set_leases(timedelta(0))
 
-    async def _set_leases(self, ahead: timedelta) -> int:
-        if not self.owner:
+    async def _set_leases(self, ahead: timedelta, job_ids: Collection[int] | None = None) -> int:
+        if not self.owner or (job_ids is not None and not job_ids):
             return 0
+        which = () if job_ids is None else (col(ScheduledJob.id).in_(list(job_ids)),)
         async with self._store.write() as session:
             result = await session.exec(
                 update(ScheduledJob)
                 .where(
                     col(ScheduledJob.lease_owner) == self.owner,
                     col(ScheduledJob.running_since).is_not(None),
+                    *which,
                 )
                 .values(lease_expires_at=utcnow() + ahead)
             )

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +50,7 @@ from bot.scheduling.jobs import Jobs, spec_of
 from bot.scheduling.parse import TriggerSpec
 from bot.scheduling.wakeups import Clock, Wakeups, WakeupSink
 from bot.store.models import ScheduledJob
+from bot.store.transient import log_failure
 from bot.types import utcnow
 
 log = logging.getLogger("switchboard.scheduler")
@@ -80,6 +82,8 @@ class Scheduler:
         self._aps: AsyncIOScheduler | None = None
         self._known: dict[int, int] = {}  # job id → version registered
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._firing: Counter[int] = Counter()
+        """Jobs whose fire runs here now: the only fire leases renewed."""
         self._syncing: asyncio.Task[None] | None = None
         self._sync_again = False
 
@@ -215,14 +219,29 @@ class Scheduler:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        firing = args[0] if func == self.run_job else None
+        if firing is not None:
+            self._firing[firing] += 1
         try:
             return await func(*args)
-        except Exception:
-            log.exception("scheduler.%s_failed args=%s", getattr(func, "__name__", func), args)
+        except Exception as exc:  # a fire left claimed is taken over once its lease ends
+            log_failure(
+                log, exc, "scheduler.%s_failed args=%s", getattr(func, "__name__", func), args
+            )
             return "error"
         finally:
             if task is not None:
                 self._tasks.discard(task)
+            if firing is not None:
+                self._firing[firing] -= 1
+                if not self._firing[firing]:
+                    del self._firing[firing]
+
+    async def renew_fires(self) -> int:
+        """Extend the leases of the fires running here now, and only those: a
+        fire left claimed by one that failed (its database cut as it
+        committed) ends its lease and is taken over, not kept forever."""
+        return await self.jobs.renew(tuple(self._firing))
 
     def _on_event(self, event: JobEvent) -> None:
         """APScheduler listener (called in the loop): a missed or overlapping fire."""

@@ -40,6 +40,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.store.db import Store
 from bot.store.leases import Held, Leases
 from bot.store.rows import execute
+from bot.store.transient import log_failure
 
 log = logging.getLogger("switchboard.control")
 
@@ -147,8 +148,8 @@ class Leadership:
                 await asyncio.sleep(CHECK_S)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("leader.check_failed name=%s", self.name)
+        except Exception as exc:  # given up, and campaigned for again
+            log_failure(log, exc, "leader.check_failed name=%s", self.name)
         self._held.clear()
         self._lost.set()
         log.warning("leader.lost name=%s instance=%s", self.name, self._control.owner)

@@ -7,7 +7,9 @@ a closed one), such a failure usually does not happen twice; anything else
 (a constraint, a bad statement, a missing table) would, and is not one.
 
 `is_transient(error)` says which; `retrying(operation)` runs an operation
-again on such a failure, a few times within a few seconds."""
+again on such a failure, a few times within a few seconds; `log_failure`
+logs a failure of work that is tried again (a sweep, a loop's next round) at
+ERROR, or at WARNING with its cause when it is one of these."""
 
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ _LOST = (
     "connection refused",
     "connection lost",
     "the database system is",
+    "another operation is in progress",  # asyncpg, on a connection cut mid-statement
 )
 """Words of a lost connection, for drivers that give no error code."""
 
@@ -103,6 +106,16 @@ async def retrying(
             log.warning("store.retry %s in=%.2fs: %s", what, delay, _first_line(error))
         await asyncio.sleep(delay)
     return await operation()
+
+
+def log_failure(logger: logging.Logger, error: BaseException, message: str, *args: object) -> None:
+    """Log the failure of work that is tried again: a database failure that
+    passes at WARNING, with its cause; anything else at ERROR, with its
+    traceback (what an operator must look at)."""
+    if is_transient(error):
+        logger.warning(message + ": %s (tried again)", *args, _first_line(error))
+    else:
+        logger.error(message, *args, exc_info=error)
 
 
 def _first_line(error: BaseException) -> str:

@@ -28,15 +28,19 @@ from tests.fakes.slack import FakeSlack
 from tests.paths import REPO_ROOT
 from tests.service_rig import Service, free_port, service_env
 
+OPERATING = REPO_ROOT / "docs" / "operating.md"
+
 
 def readme_installs() -> list[list[str]]:
-    lines = shell_lines(readme_section("Deployment"))
-    return [pip_install_args(line) for line in lines if "pip install" in line]
+    """The installs the README's Operating section shows, and its systemd
+    steps (docs/operating.md)."""
+    text = readme_section("Operating") + OPERATING.read_text(encoding="utf-8")
+    return [pip_install_args(line) for line in shell_lines(text) if "pip install" in line]
 
 
 def test_the_image_installs_the_project_exactly_as_the_readme_does() -> None:
     readme = readme_installs()
-    assert readme, "the README's deployment section shows no pip install"
+    assert len(readme) >= 2, readme  # the README's Operating section, and the systemd steps
     assert all(args == readme[0] for args in readme), readme  # plain, venv, systemd alike
     (image,) = [pip_install_args(run) for run in dockerfile_all("RUN") if "pip install" in run]
     assert image == readme[0]

@@ -36,7 +36,8 @@ written at ``cache_control`` breakpoints (per model, no expiry) and reports
 it — a breakpoint reads the longest cached prefix found at it or up to 20 blocks before
 it, a prefix shorter than `cache_min_tokens` is never cached, and what lies between the
 hit and the last breakpoint is written. Tokens are estimated (JSON characters / 4).
-``context_window=N`` rejects longer prompts with the API's "prompt is too long" error.
+``context_window=N`` rejects longer prompts with the API's "prompt is too long" error;
+``models=[...]`` answers any other model as the API does (404 ``not_found_error``).
 A reply built with ``hold=threading.Event()`` is not answered until the event is set.
 The server-side web search (``server_tool_use``, ``web_search_tool_result``, citations on
 text) is scripted with the blocks of `tests.fakes.anthropic_search`, streamed and checked
@@ -544,8 +545,11 @@ class FakeAnthropic:
         simulate_cache: bool = False,
         cache_min_tokens: int = 1024,
         context_window: int | None = None,
+        models: Sequence[str] | None = None,
     ) -> None:
         self.responder: Responder = responder or echo_responder
+        self.models = frozenset(models) if models is not None else None
+        """When given, the models the API has: any other is a 404 ``not_found_error``."""
         self.expected_api_key = api_key
         self.validate = validate
         self.simulate_cache = simulate_cache
@@ -748,6 +752,8 @@ class FakeAnthropic:
             return self._error(400, "invalid_request_error", "request body must be a JSON object")
         if self.validate and (problem := validate_request(record.json, count_tokens=count_tokens)):
             return self._error(400, "invalid_request_error", problem)
+        if self.models is not None and (model := record.json.get("model")) not in self.models:
+            return self._error(404, "not_found_error", f"model: {model}")
         if self.context_window is not None and not count_tokens:
             body = record.json
             size = estimate_tokens([body.get("system"), body.get("messages"), body.get("tools")])

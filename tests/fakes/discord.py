@@ -38,10 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import json
 import re
 import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -125,6 +125,10 @@ class Interaction:
 IS_VOICE_MESSAGE = 1 << 13
 
 
+DISCORD_EPOCH_MS = 1_420_070_400_000
+"""2015-01-01, the start of Discord's snowflake clock."""
+
+
 class FakeDiscord:
     def __init__(self, *, token: str = TOKEN, message_content_enabled: bool = True) -> None:
         self.token = token
@@ -149,7 +153,7 @@ class FakeDiscord:
         self.deleted_ids: set[str] = set()
         self._failures: dict[str, tuple[int, int, str]] = {}
         self._expired: set[str] = set()
-        self._ids = itertools.count(1)
+        self._last_id = 0
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -215,7 +219,12 @@ class FakeDiscord:
     # -- test controls --------------------------------------------------------
 
     def snowflake(self) -> str:
-        return str(1_600_000_000_000_000_000 + next(self._ids))
+        """A new id as Discord makes them: the time it was made in the high
+        bits (so `after=<a time's snowflake>` finds what came since), and
+        increasing."""
+        made = (time.time_ns() // 1_000_000 - DISCORD_EPOCH_MS) << 22
+        self._last_id = max(self._last_id + 1, made)
+        return str(self._last_id)
 
     def rate_limit(
         self,

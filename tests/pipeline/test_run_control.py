@@ -114,6 +114,28 @@ async def test_another_users_message_waits_for_the_next_run(make_app, fake_anthr
     assert adapter.texts == ["for alice", "for bob"]
 
 
+async def test_a_follow_up_after_another_users_message_does_not_overtake_it(
+    make_app, fake_anthropic
+):
+    """Alice, Bob, Alice again while Alice's first is answered: her second is
+    not taken into her run ahead of Bob's (answered after his)."""
+    app, adapter = await start(make_app)
+    hold = threading.Event()
+    fake_anthropic.responder = lambda body: text_reply(
+        "re: " + last_user_text(body).splitlines()[-1], hold=hold if not hold.is_set() else None
+    )
+    first = asyncio.create_task(app.pipeline.handle(message("hi")))
+    await fake_anthropic.wait_for_requests(1)
+    bob = asyncio.create_task(app.pipeline.handle(message("me too", platform_user_id="bob")))
+    await wait_until(lambda: app.pipeline.s.control.queued(KEY) == 1)
+    again = asyncio.create_task(app.pipeline.handle(message("and another thing")))
+    await wait_until(lambda: app.pipeline.s.control.queued(KEY) == 2)
+    hold.set()
+    await asyncio.gather(first, bob, again)
+
+    assert adapter.texts == ["re: hi", "re: me too", "re: and another thing"]
+
+
 async def test_stop_cancels_a_run_mid_tool_loop(make_app, fake_anthropic):
     slow_started = asyncio.Event()
 

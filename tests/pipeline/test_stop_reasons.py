@@ -188,7 +188,7 @@ async def test_prompt_too_long_twice_fails_with_a_clear_notice(make_app, fake_an
     fake_anthropic.script(prompt_too_long(), prompt_too_long())
     outcome = await app.pipeline.handle(message("q"))
     assert outcome.status == "failed"
-    assert "the conversation is too long" in adapter.texts[0]
+    assert "grown too long for the model. Send /new" in adapter.texts[0]  # what to do
     async with app.store.read() as s:
         run = (await s.exec(select(Run))).one()
     assert run.status == "failed" and "ContextWindowExceeded" in (run.error or "")

@@ -85,7 +85,8 @@ async def test_an_unreachable_discord_is_a_startup_error(make_app):
 
 
 class StubCore:
-    """Records what the adapter hands over; answers nothing."""
+    """Records what the adapter hands over (once per message, as the inbox
+    does: the catch-up may read one the gateway delivered); answers nothing."""
 
     def __init__(self) -> None:
         self.messages: list[IncomingMessage] = []
@@ -97,6 +98,8 @@ class StubCore:
         deliver: bool = True,
         on_accepted: Callable[[], None] | None = None,
     ) -> Outcome:
+        if any(m.dedupe_key == msg.dedupe_key for m in self.messages):
+            return Outcome("duplicate")
         self.messages.append(msg)
         return Outcome("ignored")
 

@@ -74,6 +74,7 @@ def message_calls(fake: FakeDiscord) -> list[tuple[str, str]]:
         (c.method, (c.body or {}).get("content", ""))
         for c in fake.calls
         if c.path.startswith(f"/channels/{CHANNEL_ID}/messages")
+        and c.method != "GET"  # the catch-up reading the channel's history
     ]
 
 
