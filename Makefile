@@ -7,7 +7,7 @@ ARGS   ?=
 JOBS   ?= auto
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: help install run chat test test-fast test-browser lint bench soak clean
+.PHONY: help install run chat test test-fast test-plain test-browser lint bench soak clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -25,11 +25,15 @@ chat: $(STAMP)  ## terminal chat with the agent
 
 # The tests start Python hundreds of times: let them keep compiled bytecode even
 # where PYTHONDONTWRITEBYTECODE is set (each process would compile the project again).
-test test-fast: export PYTHONDONTWRITEBYTECODE :=
+test test-fast test-plain: export PYTHONDONTWRITEBYTECODE :=
 
-test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0: one process)
+test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0: one process), then test-plain
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(JOBS) $(ARGS)
+	$(MAKE) --no-print-directory test-plain
+
+test-plain: $(STAMP)  ## the store and pipeline tests again on the plain path ([database] fast_path = false: bot/store/compat.py)
+	SWITCHBOARD_TEST_FAST_PATH=0 $(BIN)/pytest -n $(JOBS) -q -m "not fast_path and not e2e and not slow and not perf" tests/store tests/pipeline
 
 test-fast: $(STAMP)  ## the tests that are not e2e, slow or perf: what to run while working (under a minute)
 	$(BIN)/pytest -n $(JOBS) -m "not e2e and not slow and not perf" $(ARGS)

@@ -15,12 +15,18 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.app import App
 from bot.config import Secrets, Settings
-from bot.store import Store
+from bot.store import Store, compat
 from tests.fakes.anthropic import FakeAnthropic
 from tests.migrated import Migrated
 from tests.migrated import make as make_migrated
 
 POSTGRES_URL = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL")
+FAST_PATH = os.environ.get("SWITCHBOARD_TEST_FAST_PATH", "1") != "0"
+"""SWITCHBOARD_TEST_FAST_PATH=0: every Store of the tests runs the plain path
+(`bot.store.compat`), the services they start too; tests of the fast path's
+own mechanisms (marked `fast_path`) are skipped."""
+if not FAST_PATH:
+    compat.force_plain("SWITCHBOARD_TEST_FAST_PATH=0")
 TEST_API_KEY = "sk-ant-test-0123456789abcdef"
 
 pytest_plugins = ["tests.tiers"]  # the tiers: e2e, slow, perf (and the rule that keeps them)
@@ -166,3 +172,12 @@ async def make_app(
     yield factory
     for app in apps:
         await app.close(drain_timeout=1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if FAST_PATH:
+        return
+    skip = pytest.mark.skip(reason="a fast path mechanism (SWITCHBOARD_TEST_FAST_PATH=0)")
+    for item in items:
+        if item.get_closest_marker("fast_path"):
+            item.add_marker(skip)

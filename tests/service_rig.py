@@ -96,6 +96,8 @@ def service_env(
     }
     if database.schema:
         env["SWITCHBOARD__DATABASE__SCHEMA_NAME"] = database.schema
+    if os.environ.get("SWITCHBOARD_TEST_FAST_PATH") == "0":
+        env["SWITCHBOARD__DATABASE__FAST_PATH"] = "false"
     env.update(extra)
     return env
 

@@ -210,6 +210,7 @@ class App:
             max_overflow=self.settings.database.max_overflow,
             pool_timeout=self.settings.database.pool_timeout_seconds,
             group_commit=self.settings.database.group_commit,
+            fast_path=self.settings.database.fast_path,
         )
         await self.store.upgrade()
         self._database_health = DatabaseHealth(

@@ -26,7 +26,13 @@ Command = Callable[[argparse.Namespace, Settings, Secrets], Coroutine[Any, Any, 
 
 def open_store(settings: Settings) -> Store:
     db = settings.database
-    return Store(db.url, echo=db.echo, busy_timeout_ms=db.busy_timeout_ms, schema=db.schema_name)
+    return Store(
+        db.url,
+        echo=db.echo,
+        busy_timeout_ms=db.busy_timeout_ms,
+        schema=db.schema_name,
+        fast_path=db.fast_path,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,9 @@ class DatabaseSettings(Section):
     group_commit: bool = True
     """SQLite: writes queued together share one commit (`bot.store.group`);
     off: every write commits alone."""
+    fast_path: bool = True
+    """The speed mechanisms that lean on dependencies' private parts
+    (`bot.store.compat`); off: the plain path (stock aiosqlite, SQLAlchemy Core)."""
 
     @field_validator("url")
     @classmethod

@@ -28,13 +28,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import insert
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from bot.store import Store
 from bot.store.models import InboxItem
-from bot.store.rows import execute
+from bot.store.rows import bare_insert, execute
 
 log = logging.getLogger("switchboard.inbox")
 
@@ -173,7 +172,7 @@ def _fail(futures: Iterable[asyncio.Future[bool]], error: BaseException) -> None
 
 
 _TABLE = InboxItem.__table__  # type: ignore[attr-defined]
-ACCEPT = insert(_TABLE)
+ACCEPT = bare_insert(_TABLE)
 """An inbox row, its values as parameters (nothing to build per message); a
 redelivery raises IntegrityError (the unique platform event id)."""
 _ACCEPT_MANY = (

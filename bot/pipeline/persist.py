@@ -29,7 +29,6 @@ from sqlmodel import SQLModel, col, select
 
 from bot.accounts.budgets import Budgets
 from bot.config import Price
-from bot.pipeline import turn_statement
 from bot.pipeline.outbox import Outbox, Outgoing
 from bot.pipeline.turns import LeaseLost, TurnRecord, TurnRows, TurnSaved, turn_rows, write_turn
 from bot.store import Store
@@ -210,16 +209,17 @@ class TurnWriter:
         return TurnSaved(None, len(rows.messages), outgoing)
 
     async def _write(self, rows: TurnRows, replies: Sequence[Reply]) -> TurnSaved:
-        """Commit the turn: on PostgreSQL a live turn is one statement
-        (`bot.pipeline.turn_statement`), otherwise a transaction."""
-        if not self._store.is_sqlite and turn_statement.fits(rows, replies):
-            async with self._store.write_one() as session:
-                saved = await turn_statement.write_turn_at_once(
-                    session, rows, self._budgets, self._outbox, replies
-                )
-        else:
-            async with self._store.write() as session:
-                saved = await write_turn(session, rows, self._budgets, self._outbox, replies)
+        """Commit the turn in one transaction (on PostgreSQL a live turn's
+        statements as one: `write_turn`'s `at_once`)."""
+        async with self._store.write() as session:
+            saved = await write_turn(
+                session,
+                rows,
+                self._budgets,
+                self._outbox,
+                replies,
+                at_once=not self._store.is_sqlite,
+            )
         if rows.release_holds:  # a message here may wait for them
             self._budgets.releases.wake(rows.user_id)
         return saved

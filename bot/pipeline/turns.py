@@ -2,8 +2,9 @@
 result, the reply, the run record, its trace spans, token logs, the budget
 settlement, the final state of its inbox messages and its replies in the
 outbox — in one transaction, with SQLAlchemy Core (one INSERT per table,
-`bot.store.rows`), not the ORM's unit of work. (On PostgreSQL a live turn is
-one statement instead: `bot.pipeline.turn_statement`.)
+`bot.store.rows`), not the ORM's unit of work. (On PostgreSQL a live turn's
+inbox end, charge and outbox are one statement, its other rows riding on it:
+`bot.pipeline.turn_statement`.)
 
 The inbox update is also the fence: it only finishes messages still leased to
 this instance, and if another instance has taken one over (this process
@@ -30,10 +31,11 @@ from bot.conversations import ConversationRecord
 from bot.errors import BotError
 from bot.llm.pricing import estimate_cost
 from bot.llm.types import ChatMessage, TextBlock, ToolResultBlock, ToolUseBlock
+from bot.pipeline import turn_statement
 from bot.pipeline.intake import OPEN_STATES
 from bot.pipeline.outbox import Outbox, Outgoing
 from bot.store.models import InboxItem, Message, Run, StoredFile, TokenLog
-from bot.store.rows import NewRow, execute, insert_rows, new_row
+from bot.store.rows import MAX_KEPT_ROWS, NewRow, execute, insert_rows, keepable, multi_row, new_row
 from bot.types import IncomingMessage, Reply, Role, utcnow
 
 STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"
@@ -182,14 +184,23 @@ async def write_turn(
     budgets: Budgets,
     outbox: Outbox | None = None,
     replies: Sequence[Reply] = (),
+    *,
+    at_once: bool = False,
 ) -> TurnSaved:
-    """Write a turn in the caller's transaction. When its messages were already
-    finished by someone else (a spooled turn replayed after another instance
-    took them over), only what was spent is recorded."""
-    # Inserts are queued (wait=False): a failure is raised by the next statement
-    # that waits, or by the commit.
+    """Write a turn in the caller's transaction: the one copy of what a turn
+    writes. When its messages were already finished by someone else (a
+    spooled turn replayed after another instance took them over), only what
+    was spent is recorded; when a message of a live turn is no longer leased
+    to this instance, `LeaseLost` (the caller's transaction rolls back).
+
+    `at_once` (PostgreSQL): a live turn that `fits` ends its messages, is
+    charged and adds its replies in one statement (`bot.pipeline.turn_statement`),
+    the rows written before it riding on it; otherwise statement by statement."""
+    one = at_once and outbox is not None and fits(rows, replies)
+    # Inserts are kept back (wait=False): a failure is raised by the next
+    # statement that waits, or by the commit.
     await insert_rows(session, [rows.run], wait=False)
-    finished = await _finish_inbox(session, rows)
+    finished = True if one else await _finish_inbox(session, rows)
     messages = rows.messages if finished else []
     if finished:
         await insert_rows(session, messages, wait=False)
@@ -198,11 +209,62 @@ async def write_turn(
     await insert_rows(session, rows.tokens, wait=False)
     if rows.release_holds:
         await execute(session, *budgets.release_write(rows.run["id"]), wait=False)
+    if one:
+        assert outbox is not None
+        return TurnSaved(*await _end_at_once(session, rows, budgets, outbox, replies))
     charge = await budgets.charge(session, rows.user_id, rows.role, owed(rows))
     outgoing: list[Outgoing] = []
     if outbox is not None and replies and finished:
         outgoing = await outbox.add(session, replies, run_id=rows.run["id"])
     return TurnSaved(charge, len(messages), outgoing)
+
+
+def fits(rows: TurnRows, replies: Sequence[Reply]) -> bool:
+    """Whether the turn can end in one statement (`write_turn`'s `at_once`): a
+    live turn (fenced by its lease) whose rows are all kept back."""
+    return (
+        rows.lease_owner is not None
+        and len(replies) <= MAX_KEPT_ROWS
+        and all(keepable(group) for group in (rows.messages, rows.files, rows.spans, rows.tokens))
+    )
+
+
+async def _end_at_once(
+    session: AsyncSession,
+    rows: TurnRows,
+    budgets: Budgets,
+    outbox: Outbox,
+    replies: Sequence[Reply],
+) -> tuple[Charge | None, int, list[Outgoing]]:
+    """The inbox's end (the fence), the charge and the outbox rows of a live
+    turn (`fits`), as one statement (`turn_statement.statement`): as `TurnSaved`."""
+    params: dict[str, Any] = {}
+    keys = sorted(set(rows.inbox_keys))
+    if keys:
+        params |= finish_params(rows, keys)
+    tokens = owed(rows)
+    charge = budgets.charge_write(rows.user_id, rows.role, tokens)
+    if charge is not None:
+        params |= charge[1]
+    outgoing, created = outbox.rows(replies, run_id=rows.run["id"])
+    added = None
+    if outgoing:
+        added, values = multi_row(outgoing)
+        params |= values
+    ends = turn_statement.statement(FINISH_INBOX if keys else None, charge and charge[0], added)
+    row = (await execute(session, ends, params)).one()
+    if keys and int(row.finished) < len(keys):
+        raise LeaseLost(f"run {rows.run['id']}: a message of this run was taken over")
+    ids = [int(i) for i in row.outbox.split(",")] if row.outbox else []
+    if len(ids) != len(outgoing):
+        raise RuntimeError(f"outbox: {len(outgoing)} rows written, {len(ids)} ids returned")
+    found = None if row.used is None else (row.used, row.overage)
+    charged = None if charge is None else Budgets.charged(rows.user_id, tokens, found)
+    return (
+        charged,
+        len(rows.messages),
+        [Outgoing(i, reply, created_at=created) for i, reply in zip(ids, replies, strict=True)],
+    )
 
 
 def owed(rows: TurnRows) -> int:

@@ -9,14 +9,17 @@ under the adapter's own lock, starting its transaction if the statement is
 the transaction's first (the adapter begins lazily), through the adapter's
 cache of prepared statements, with asyncpg's errors translated by the adapter
 (so a duplicate key is still an `IntegrityError`). The adapter's attributes
-used here are SQLAlchemy's (2.x), not public API: `tests/store/test_direct.py`
-runs the hot path's statements both ways on PostgreSQL.
+used for it are SQLAlchemy's, not public API: they are in `bot.store.compat`
+(`adapter_statement`), checked at start; `tests/store/test_direct.py` runs the
+hot path's statements both ways on PostgreSQL.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from bot.store.compat import adapter_statement
 
 _STATUS = re.compile(r"(?:SELECT|UPDATE|DELETE|INSERT \d+) (\d+)")
 
@@ -40,18 +43,8 @@ class Driver:
     ) -> tuple[list[Any] | None, int]:
         """Run one statement (an executemany when `many`) in the session's
         transaction: (its rows, or None when it returns none; the rowcount)."""
-        adapter = self._adapter
-        async with adapter._execute_mutex:
-            if adapter._transaction is None:
-                await adapter._start_transaction()
-            try:
-                if many:
-                    await adapter._connection.executemany(sql, parameters)
-                    return None, -1
-                prepared, attributes = await adapter._prepare(sql, 0)
-                rows = await prepared.fetch(*parameters)
-                status = _STATUS.match(prepared.get_statusmsg() or "")
-                return (rows if attributes else None), int(status.group(1)) if status else -1
-            except Exception as error:
-                adapter._handle_exception(error)
-                raise  # not reached: the adapter raises its own error
+        rows, prepared = await adapter_statement(self._adapter, sql, parameters, many)
+        if prepared is None:
+            return None, -1
+        status = _STATUS.match(prepared.get_statusmsg() or "")
+        return rows, int(status.group(1)) if status else -1

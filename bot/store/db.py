@@ -11,6 +11,11 @@ A SQLite database file this service creates is readable by its owner only
 `echo` logs each SQL statement once, through our handler (so redaction
 applies): the `sqlalchemy.engine` logger goes to INFO. (SQLAlchemy's own
 `echo=True` adds a second handler, and every statement printed twice.)
+
+Over 500 lines: the Store is one concept, the kinds of session it hands out,
+each beside the engine, lock and connections it keeps for them, on both paths
+(`bot.store.compat`); cut in two, one kind's rules would sit away from the
+connections they share.
 """
 
 from __future__ import annotations
@@ -30,17 +35,16 @@ from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     create_async_engine,
 )
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import StartupError
-from bot.store import direct, sqlite_driver
+from bot.store import compat, direct, outside, sqlite_driver
 from bot.store.checkpoints import Checkpoints
 from bot.store.diagnose import explain, missing_tables
 from bot.store.files import ensure_directory, private_file
 from bot.store.group import Group, Ticket, WriteStats
 from bot.store.kept import Kept
-from bot.store.outside import OutsideWrites
 from bot.store.pool import KeepingPool, ping_on_checkout
 from bot.store.sessions import Sessions, in_direct_read, in_transaction, on_kept
 
@@ -65,8 +69,13 @@ class Store:
         pool_timeout: float = 30.0,
         sqlite_on_loop: bool = True,
         group_commit: bool = True,
+        fast_path: bool = True,
     ) -> None:
         self.url = make_url(url)
+        self.fast_path = fast_path and compat.fast_path_usable()
+        """The speed mechanisms on (`bot.store.compat`); off: the plain path,
+        stock aiosqlite and SQLAlchemy Core (`[database] fast_path`, or the
+        installed dependencies not what the fast path relies on)."""
         self.dialect = self.url.get_backend_name()
         connect_args: dict[str, Any] = {}
         pool: dict[str, Any] = {}
@@ -80,14 +89,24 @@ class Store:
             # (thread) instead of rotating through the pool, so a message is
             # not handed between threads; concurrent work still opens more.
             if self.url.database not in (None, "", ":memory:"):
+                # (SQLAlchemy's own choice for a file since 2.1; 2.0 chose NullPool)
+                pool = {"poolclass": AsyncAdaptedQueuePool, "pool_use_lifo": True}
+            if self.fast_path and pool:
                 database, options = _sqlite_connect_args(self.url)
-                pool = {
-                    "pool_use_lifo": True,
-                    # one thread hand-off per statement (`bot.store.sqlite_driver`)
-                    "async_creator": lambda: sqlite_driver.connect(database, **options),
-                }
-        else:
+                # one thread hand-off per statement (`bot.store.sqlite_driver`)
+                pool["async_creator"] = lambda: sqlite_driver.connect(database, **options)
+        elif self.fast_path:
             pool = {**KeepingPool.sized(pool_size, max_overflow), "pool_timeout": pool_timeout}
+            # statements run straight on asyncpg (`bot.store.direct.driver_of`)
+            pool["execution_options"] = {direct.ON_DRIVER: True}
+        else:
+            pool = {
+                "pool_size": pool_size,
+                "max_overflow": max_overflow,
+                "pool_timeout": pool_timeout,
+                "pool_pre_ping": True,
+            }
+        if self.dialect != "sqlite":
             # pg_stat_activity names the service's connections (and the schema's)
             settings = {"application_name": f"switchboard:{schema}" if schema else "switchboard"}
             if schema:
@@ -100,11 +119,18 @@ class Store:
         # health checks), so a saturated pool delays work, not intake.
         self.urgent_engine: AsyncEngine = self.engine
         if self.dialect != "sqlite":
+            urgent: dict[str, Any] = {
+                "pool_size": URGENT_POOL_SIZE,
+                "max_overflow": URGENT_POOL_SIZE * 2,
+                "pool_pre_ping": True,
+            }
+            if self.fast_path:
+                urgent = {
+                    **KeepingPool.sized(URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2),
+                    "execution_options": {direct.ON_DRIVER: True},
+                }
             self.urgent_engine = create_async_engine(
-                url,
-                connect_args=connect_args,
-                pool_timeout=pool_timeout,
-                **KeepingPool.sized(URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2),
+                url, connect_args=connect_args, pool_timeout=pool_timeout, **urgent
             )
         self._reads_on_loop = False
         """SQLite with statements on the loop: reads use `_held_reader`"""
@@ -115,7 +141,7 @@ class Store:
             if on_loop:
                 self._checkpoints = Checkpoints(database)
             _tune_sqlite(self.engine, busy_timeout_ms, self._checkpoints)
-        else:
+        elif self.fast_path:
             for engine in {self.engine, self.urgent_engine}:
                 ping_on_checkout(engine)
         # SQLite has one writer at a time. Queue this process's writers on a lock
@@ -123,7 +149,7 @@ class Store:
         # file), where those queued together share a commit (`bot.store.group`).
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._group = Group(self._write_lock or asyncio.Lock(), self._release_writer, group_commit)
-        self.outside = OutsideWrites()
+        self.outside = outside.OutsideWrites()
         """SQLite: what another process wrote, seen where a message starts (its
         intake, a wakeup's claim: `write(fresh=True)`, `bot.store.outside`)"""
         self._writer = Sessions(self.engine)
@@ -139,7 +165,9 @@ class Store:
         self._kept: Kept | None = None
         """PostgreSQL: connections kept for `read` and `write_one` (`bot.store.kept`)"""
         self._kept_urgent: Kept | None = None
-        if self.dialect != "sqlite":
+        self._held_version: outside.ConnectionVersion | None = None
+        """SQLite's plain path: the held connection's data version (`fresh`)"""
+        if self.dialect != "sqlite" and self.fast_path:
             self._kept = Kept.within(self.engine, pool_size, max_overflow)
             self._kept_urgent = Kept.within(
                 self.urgent_engine, URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2
@@ -182,6 +210,8 @@ class Store:
             sessions = await self._sqlite_writer()
             write = self._held_write
             if write is None:
+                if fresh and self._held_version is not None:
+                    await self.outside.look(self._held_version)
                 transaction = in_transaction(sessions)
             else:
                 if fresh:
@@ -218,9 +248,10 @@ class Store:
         """A session for one write statement, atomic by itself (several parts
         combined: `bot.store.rows.combined`): on PostgreSQL in autocommit, no
         BEGIN and COMMIT round trips (`urgent`: on the connections kept for
-        intake and leases, as `write_urgent`); on SQLite, `write()`."""
-        if self._write_lock is not None:
-            async with self.write() as session:
+        intake and leases, as `write_urgent`); on SQLite, `write()`. On the
+        plain path its parts are statements of their own: a transaction."""
+        if self._write_lock is not None or not self.fast_path:
+            async with self.write_urgent() if urgent else self.write() as session:
                 yield session
             return
         sessions, kept = (
@@ -252,6 +283,7 @@ class Store:
             self._held_writer = Sessions(held)
             driver = _driver_of(held)
             self._held_write = None if driver is None else direct.Write(held, driver)
+            self._held_version = outside.ConnectionVersion(held) if driver is None else None
         return self._held_writer
 
     async def _direct_reader(
@@ -280,7 +312,7 @@ class Store:
 
     async def _release_writer(self) -> None:
         held, self._held = self._held, None
-        self._held_write = None
+        self._held_write = self._held_version = None
         if held is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(held.close())

@@ -22,8 +22,10 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
+from operator import itemgetter
 from typing import Any, cast
 
 from sqlalchemy import exc
@@ -69,7 +71,7 @@ class Plan:
     """the caller's keys given as IN-lists (the SQL has one parameter per item)"""
     processed: tuple[tuple[int, Callable[[Any], Any]], ...] = ()
     """the result columns that have a processor: (index, processor)"""
-    arguments: Callable[[Mapping[str, Any]], tuple[Any, ...]] = tuple
+    arguments: Callable[[Mapping[str, Any]], Sequence[Any]] = tuple
     """the positional parameters from the caller's: `binds` made into one
     function (`_arguments`), for the statement that runs a dozen times a
     message"""
@@ -142,7 +144,7 @@ def driver_of(connection: AsyncConnection, statement: Executable, params: Any) -
     if name == "aiosqlite":
         driver = sync.connection.driver_connection
         return driver if isinstance(driver, DriverConnection) else None
-    if name == "asyncpg":
+    if name == "asyncpg" and sync.get_execution_options().get(ON_DRIVER):
         return asyncpg_driver.Driver(sync.connection.dbapi_connection)
     return None
 
@@ -265,31 +267,65 @@ def _compile(statement: Executable, dialect: Dialect, params: Mapping[str, Any])
 
 def _arguments(
     binds: list[tuple[str | None, int, Any, Processor]],
-) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+) -> Callable[[Mapping[str, Any]], Sequence[Any]]:
     """`binds` as one function of the caller's parameters returning the
     positional ones: each the caller's value (an IN-list's item), through the
-    type's bind processor unless None, or a constant. Generated once per plan,
-    as SQLAlchemy generates its own per-statement code: a loop over the binds
-    with a branch per kind costs, per statement, more than SQLite's execution
-    of a short one."""
-    scope: dict[str, Any] = {}
-    parts: list[str] = []
-    for i, (key, index, constant, process) in enumerate(binds):
-        if key is None:
-            scope[f"c{i}"] = constant
-            parts.append(f"c{i}")
-            continue
-        value = f"p[{key!r}]" if index < 0 else f"p[{key!r}][{index}]"
+    type's bind processor unless None, or a constant. The common form (each a
+    caller's value) takes them with one `itemgetter` and runs only the
+    processors there are: a loop over the binds with a branch per kind costs,
+    per statement, more than SQLite's execution of a short one."""
+    if not binds:
+        return _no_arguments
+    if any(key is None or index >= 0 for key, index, _, _ in binds):
+        return partial(_each_argument, tuple(binds))
+    keys = [key for key, _, _, _ in binds]
+    take = itemgetter(*keys)
+    processed = tuple(
+        (position, process) for position, (_, _, _, process) in enumerate(binds) if process
+    )
+    if len(keys) == 1:
+        process = binds[0][3]
         if process is None:
-            parts.append(value)
-        else:
-            scope[f"f{i}"] = process
-            parts.append(f"(None if (v{i} := {value}) is None else f{i}(v{i}))")
-    body = "".join(f"{part}, " for part in parts)
-    exec(f"def arguments(p):\n    return ({body})\n", scope)  # (keys: parameter names)
-    return scope["arguments"]  # type: ignore[no-any-return]
+            return lambda p: (take(p),)
+        return lambda p: (None if (value := take(p)) is None else process(value),)
+    if not processed:
+        return take
+    return partial(_processed, take, processed)
 
 
+def _no_arguments(_: Mapping[str, Any]) -> Sequence[Any]:
+    return ()
+
+
+def _processed(
+    take: Callable[[Mapping[str, Any]], tuple[Any, ...]],
+    processed: tuple[tuple[int, Callable[[Any], Any]], ...],
+    p: Mapping[str, Any],
+) -> Sequence[Any]:
+    values = list(take(p))
+    for position, process in processed:
+        value = values[position]
+        if value is not None:
+            values[position] = process(value)
+    return tuple(values)
+
+
+def _each_argument(
+    binds: tuple[tuple[str | None, int, Any, Processor], ...], p: Mapping[str, Any]
+) -> Sequence[Any]:
+    values = []
+    for key, index, constant, process in binds:
+        if key is None:
+            values.append(constant)
+            continue
+        value = p[key] if index < 0 else p[key][index]
+        values.append(value if process is None or value is None else process(value))
+    return tuple(values)
+
+
+ON_DRIVER = "switchboard_on_driver"
+"""The execution option of the fast path's PostgreSQL engines (`bot.store.db`):
+statements run straight on asyncpg here."""
 WRITE = "switchboard.direct.write"
 """The key of a session's `Write` in its `info` (`bot.store.db`)."""
 READ = "switchboard.direct.read"

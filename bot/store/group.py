@@ -42,7 +42,8 @@ from sqlalchemy import exc
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import direct
-from bot.store.sessions import Sessions, abandon, orm_used, put_back, rollback_failed
+from bot.store.compat import orm_used
+from bot.store.sessions import Sessions, abandon, put_back, rollback_failed
 
 log = logging.getLogger("switchboard.store")
 

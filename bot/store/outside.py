@@ -31,11 +31,31 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 log = logging.getLogger("switchboard.store")
 
 
 class Versioned(Protocol):
     async def data_version(self) -> int: ...
+
+
+class ConnectionVersion:
+    """The data version of a connection of stock aiosqlite (the plain path,
+    `bot.store.compat`), asked outside any transaction."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self._connection = connection
+
+    async def data_version(self) -> int:
+        raw = await self._connection.get_raw_connection()
+        driver = raw.driver_connection
+        assert driver is not None
+        async with driver.execute("PRAGMA data_version") as cursor:
+            row = await cursor.fetchone()
+        return int(row[0])
 
 
 class OutsideWrites:

@@ -9,7 +9,8 @@ checkout opening a new one: a TCP connection, PostgreSQL's TLS negotiation,
 startup and authentication, and every statement prepared again on it. 1,000
 messages at once opened 160–210 connections: about a fifth of the process's CPU.
 
-`KeepingPool` holds up to `pool_size + max_overflow` connections, opened as
+`KeepingPool` (`bot.store.compat`: it overrides the queue pool's private
+methods) holds up to `pool_size + max_overflow` connections, opened as
 load needs them (as before), and keeps those beyond `pool_size` open while the
 pool keeps needing them; once it has not had more than `pool_size` checked out
 for `IDLE_S`, connections returned beyond `pool_size` idle are closed, and the
@@ -18,57 +19,29 @@ pool is back to its size.
 
 from __future__ import annotations
 
-import math
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry
-from sqlalchemy.util.concurrency import await_
+from sqlalchemy.pool import ConnectionPoolEntry
 
+from bot.store import compat
 from bot.store.kept import PING_IDLE_S
 
 IDLE_S = 60.0
 """How long the pool keeps its overflow connections after it last needed them."""
 
 
-class KeepingPool(AsyncAdaptedQueuePool):
-    """A queue pool of `keep + extra` connections at most, the `extra` closed
-    only once unneeded for `idle_s`. Made by `sized` (the sizes are class
-    attributes, so that SQLAlchemy's `recreate` makes the same pool)."""
+class KeepingPool(compat.KeepingPool):
+    """`compat.KeepingPool`, its overflow kept `IDLE_S` by default."""
 
-    keep: ClassVar[int] = 5
-    """connections kept open however idle (`pool_size`)"""
-    idle_s: ClassVar[float] = IDLE_S
+    idle_s = IDLE_S
 
     @classmethod
     def sized(cls, pool_size: int, max_overflow: int, idle_s: float = IDLE_S) -> dict[str, Any]:
-        """`create_async_engine`'s pool arguments for this pool."""
-        pool = type("KeepingPool", (cls,), {"keep": pool_size, "idle_s": idle_s})
-        return {"poolclass": pool, "pool_size": pool_size + max_overflow, "max_overflow": 0}
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._needed_at = -math.inf
-        """when more than `keep` connections were last checked out at once"""
-
-    def _do_get(self) -> ConnectionPoolEntry:
-        record = super()._do_get()
-        if self.checkedout() > self.keep:
-            self._needed_at = time.monotonic()
-        return record
-
-    def _do_return_conn(self, record: ConnectionPoolEntry) -> None:
-        unneeded = time.monotonic() - self._needed_at > self.idle_s
-        if unneeded and self.checkedin() >= self.keep:
-            try:
-                record.close()
-            finally:
-                self._dec_overflow()
-            return
-        super()._do_return_conn(record)
+        return super().sized(pool_size, max_overflow, idle_s)
 
 
 _FRESH = "switchboard_fresh"
@@ -113,6 +86,6 @@ def ping_on_checkout(engine: AsyncEngine) -> None:
         if time.monotonic() - info.get(_RETURNED, 0.0) < PING_IDLE_S:
             return
         try:
-            await_(driver.execute("SELECT 1"))
+            compat.await_(driver.execute("SELECT 1"))
         except Exception as exc:  # the connection is gone: take another
             raise InvalidatePoolError(f"{type(exc).__name__} on checkout") from exc

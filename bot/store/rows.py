@@ -111,13 +111,7 @@ def _multi_row(statement: Any, rows: list[dict[str, Any]]) -> Write | None:
     parameters), as one multi-row INSERT and its parameters (`key_rN`), built
     once per table, columns and row count; None for another statement, more
     than `MAX_KEPT_ROWS` rows, or rows not all of the same columns."""
-    if (
-        not isinstance(statement, Insert)
-        or statement._values is not None
-        or statement._multi_values
-        or statement._returning
-        or not _one_form(rows)
-    ):
+    if not _bare(statement) or not _one_form(rows):
         return None
     keys = tuple(rows[0])
     form = (statement.table.name, keys, len(rows))
@@ -307,6 +301,9 @@ async def insert_returning_ids(session: AsyncSession, rows: Rows) -> list[int]:
 
 
 _STATEMENTS: dict[tuple[str, bool, bool], Any] = {}
+_BARE: dict[int, Insert] = {}
+"""The INSERTs `_insert` built without RETURNING, by id: their values come as
+parameters."""
 
 
 def _insert(table: Table, *, returning: bool = False, many: bool = False) -> Any:
@@ -317,8 +314,22 @@ def _insert(table: Table, *, returning: bool = False, many: bool = False) -> Any
         stmt = insert(table)
         if returning:
             stmt = stmt.returning(table.c.id, sort_by_parameter_order=many)
+        else:
+            _BARE[id(stmt)] = stmt
         _STATEMENTS[key] = stmt
     return stmt
+
+
+def bare_insert(table: Table) -> Insert:
+    """The INSERT of a row of `table` whose values come as parameters (one per
+    column given), built once: `execute` keeps several rows of it back as one
+    multi-row INSERT, and `combined` takes it as a part."""
+    return _insert(table)  # type: ignore[no-any-return]
+
+
+def _bare(statement: Any) -> bool:
+    """Whether `statement` is a `bare_insert`."""
+    return _BARE.get(id(statement)) is statement
 
 
 Write = tuple[Any, dict[str, Any]]
@@ -360,7 +371,7 @@ def _renamed(statement: Any, params: dict[str, Any], suffix: str) -> Any:
     """`statement` with its named parameters (those in `params`) renamed
     `name + suffix`; an INSERT given its values as parameters (`_insert`) gets
     them as explicit values so named."""
-    if isinstance(statement, Insert) and statement._values is None and not statement._multi_values:
+    if _bare(statement):
         columns = statement.table.c
         return statement.values(
             {key: bindparam(key + suffix, type_=columns[key].type) for key in params}

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, async_sessionmaker
-from sqlalchemy.orm import Session
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store import direct
+from bot.store.compat import orm_used
 from bot.store.kept import Kept, Slot
 from bot.store.rows import flush_deferred
 from bot.store.sqlite_driver import Connection as DriverConnection
@@ -81,14 +81,6 @@ async def put_back(sessions: Sessions, session: AsyncSession) -> None:
     sessions.give(session)
 
 
-def orm_used(sync: Session) -> bool:
-    """Whether the ORM was used in `sync` since it began: a transaction of the
-    Session's own, or objects added, deleted or changed. (Session's `new`,
-    `deleted` and `dirty` answer it too, but build a set each: on the hot path
-    every write asks.)"""
-    return bool(sync.in_transaction() or sync._new or sync._deleted or sync.identity_map._modified)
-
-
 @asynccontextmanager
 async def in_direct_read(
     sessions: Sessions, reader: AsyncConnection, driver: DriverConnection
@@ -132,7 +124,7 @@ async def on_kept(sessions: Sessions, kept: Kept) -> AsyncIterator[AsyncSession]
     try:
         yield session
         await flush_deferred(session)
-        if sync.in_transaction() or sync.new or sync.deleted or sync.dirty:
+        if orm_used(sync):
             await session.commit()
     except BaseException as error:
         if sync.in_transaction():

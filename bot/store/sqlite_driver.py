@@ -29,7 +29,8 @@ enough to restart it, on this connection's worker thread, after its
 statements (`bot.store.checkpoints`); reads that may scan much ask for the worker
 (`off_the_loop`). A connection with work queued on its worker thread (after a
 cancelled wait, say) sends its next calls there, in order, until one answers.
-Everything else is aiosqlite's.
+Everything else is aiosqlite's; its private parts used here are named in
+`bot.store.compat` (`AiosqliteConnection`), checked at start.
 
 `connect` is the `async_creator` of the Store's SQLite engine; the URL's
 parameters are not applied by SQLAlchemy then, so it opens the file itself the
@@ -51,13 +52,12 @@ from contextvars import ContextVar
 from functools import partial
 from typing import Any, ClassVar
 
-import aiosqlite
-from aiosqlite.context import Result
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SAWarning
 
 from bot.store.checkpoints import Checkpoints
+from bot.store.compat import AiosqliteConnection, AiosqliteCursor, awaitable
 
 log = logging.getLogger("switchboard.store")
 
@@ -92,7 +92,7 @@ def _busy(error: sqlite3.Error) -> bool:
     return getattr(error, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
 
 
-class Cursor(aiosqlite.Cursor):
+class Cursor(AiosqliteCursor):
     """Rows are fetched with the statement; fetch calls read them from memory."""
 
     def __init__(self, conn: Connection, cursor: sqlite3.Cursor) -> None:
@@ -110,7 +110,7 @@ class Cursor(aiosqlite.Cursor):
         parameters = [] if parameters is None else parameters
         owner = self._owner
         rows = await owner.hop(
-            _execute_and_fetch, self._cursor, sql, parameters, begin=owner.take_begin()
+            _execute_and_fetch, self.raw, sql, parameters, begin=owner.take_begin()
         )
         self._rows = deque(rows or ())
         return self
@@ -120,14 +120,14 @@ class Cursor(aiosqlite.Cursor):
         owner = self._owner
         if not isinstance(parameters, list | tuple):
             parameters = list(parameters)  # may be run twice (`Connection.hop`)
-        await owner.hop(self._cursor.executemany, sql, parameters, begin=owner.take_begin())
+        await owner.hop(self.raw.executemany, sql, parameters, begin=owner.take_begin())
         return self
 
     async def fetchone(self) -> Any:
         return self._rows.popleft() if self._rows else None
 
     async def fetchmany(self, size: int | None = None) -> list[Any]:
-        count = self._cursor.arraysize if size is None else size
+        count = self.raw.arraysize if size is None else size
         return [self._rows.popleft() for _ in range(min(count, len(self._rows)))]
 
     async def fetchall(self) -> list[Any]:
@@ -137,12 +137,12 @@ class Cursor(aiosqlite.Cursor):
     async def close(self) -> None:
         self._rows.clear()
         if self._owner.settled():
-            self._cursor.close()
+            self.raw.close()
         else:
             # Its statement may still run on the worker thread (its wait was
             # cancelled): closed here, under the statement being stepped, the
             # process crashes (sqlite3 frees what the worker is about to read).
-            self._owner.queue(self._cursor.close)
+            self._owner.queue(self.raw.close)
 
 
 _off_the_loop: ContextVar[bool] = ContextVar("sqlite_off_the_loop", default=False)
@@ -164,7 +164,7 @@ YIELD_EVERY = 64
 """Calls on the loop's thread between two that give the loop a turn first."""
 
 
-class Connection(aiosqlite.Connection):
+class Connection(AiosqliteConnection):
     """One hop per statement, or none (`patience_ms`); BEGIN sent with a
     transaction's first statement; statements whose outcome the caller does not
     wait for (`statement_later`) not waited for, their failure raised by the
@@ -196,32 +196,25 @@ class Connection(aiosqlite.Connection):
     _inline_calls: ClassVar[int] = 0
     """calls run on the loop's thread since one of them gave the loop a turn"""
 
-    @property
-    def _conn(self) -> sqlite3.Connection:
-        # A closed connection fails as a database does (aiosqlite: ValueError).
-        if self._connection is None:
-            raise sqlite3.OperationalError("the database connection is closed")
-        return self._connection
-
-    def cursor(self) -> Result[Cursor]:  # type: ignore[override]
-        return Result(self._new_cursor())
+    def cursor(self) -> Any:
+        return awaitable(self._new_cursor())
 
     async def _new_cursor(self) -> Cursor:
         return Cursor(self, self._conn.cursor())
 
-    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def worker_call(self, fn: Callable[[], Any]) -> Any:
         # Until a call has answered, what the worker thread is doing is not
         # known here: when the wait ends early (the task is cancelled while
         # `fn` still runs there) or fails, the next calls go to the thread too.
         # The answer shows the worker idle only when nothing was queued after
         # this call (by another task sharing the connection: a shielded
         # rollback, say).
-        if not self._running or self._connection is None:
+        if not self.running or self.raw is None:
             raise sqlite3.OperationalError("the database connection is closed")
         self._queued = True
         self._sent += 1
         mine = self._sent
-        result = await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
+        result = await super().worker_call(fn)
         if self._sent == mine:
             self._queued = False
         return result
@@ -231,7 +224,7 @@ class Connection(aiosqlite.Connection):
         waiting for it (its failure is its own to record)."""
         self._queued = True
         self._sent += 1
-        self._tx.put_nowait((None, work))
+        self.worker_queue(work)
 
     def _here(self) -> bool:
         """Whether the next call may run on the calling thread: the connection
@@ -262,7 +255,7 @@ class Connection(aiosqlite.Connection):
                 if not _busy(error):
                     raise
             # Locked: a statement that fails so did nothing; wait on the worker.
-        return await self._execute(self._patient, self._begin_then, begin, fn, args)
+        return await self.worker_call(partial(self._patient, self._begin_then, begin, fn, args))
 
     def _begin_then(self, begin: str | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         self.raise_deferred_failure()
@@ -302,13 +295,13 @@ class Connection(aiosqlite.Connection):
         thread (`patience_ms`), or queued on the worker thread without a hop
         back. A failure is raised by this connection's next statement or
         commit (and the statements after it do not run); a rollback forgets it."""
-        if not self._running or self._connection is None:
+        if not self.running or self.raw is None:
             raise sqlite3.OperationalError("the database connection is closed")
         begin = self.take_begin()
         if self._here():
             if self._failed is not None:
                 return  # the transaction failed: nothing more runs in it
-            conn = self._connection
+            conn = self._conn
             try:
                 if begin:
                     conn.execute(begin)
@@ -353,7 +346,7 @@ class Connection(aiosqlite.Connection):
     def transaction_open(self) -> bool:
         """A transaction's statements went out (or are queued): a commit has
         something to do (never on a closed connection)."""
-        connection = self._connection
+        connection = self.raw
         return self._queued or (connection is not None and connection.in_transaction)
 
     def take_begin(self) -> str | None:
@@ -382,7 +375,7 @@ class Connection(aiosqlite.Connection):
         if self._here():
             return self._roll_back_to(savepoint)
         # after what is queued there, whose failure it forgets too
-        return bool(await self._execute(self._patient, self._roll_back_to, savepoint))
+        return bool(await self.worker_call(partial(self._patient, self._roll_back_to, savepoint)))
 
     def _roll_back_to(self, savepoint: str) -> bool:
         self._failed = None
@@ -427,7 +420,7 @@ class Connection(aiosqlite.Connection):
                 except sqlite3.OperationalError as error:
                     if not _busy(error):
                         raise
-            await self._execute(self._patient, self._rollback)
+            await self.worker_call(partial(self._patient, self._rollback))
 
     def _rollback(self) -> None:
         self._failed = None
@@ -457,5 +450,5 @@ def connect(database: str, **options: Any) -> Connection:
         return opened
 
     connection = Connection(connector, iter_chunk_size=64)
-    connection._thread.daemon = True  # as SQLAlchemy's dialect does: never block exit
+    connection.daemon_thread()
     return connection

@@ -273,6 +273,7 @@ async def test_many_first_messages_of_a_new_user_at_once_create_each_row_once(
     assert len(adapter.sent) >= 1
 
 
+@pytest.mark.fast_path  # PostgreSQL: one statement (parts kept back and combined)
 async def test_a_new_users_account_and_conversation_are_one_transaction(make_app, fake_anthropic):
     app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
     with statements(app) as seen:

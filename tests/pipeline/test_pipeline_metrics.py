@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from bot.app import App
 from tests.fakes.anthropic import (
     FakeUsage,
@@ -61,6 +63,7 @@ async def test_provider_errors_and_failed_deliveries_are_counted(make_app, fake_
     assert value(s, "switchboard_replies_sent_total", platform="console") == 0
 
 
+@pytest.mark.fast_path  # shared commits: group commit
 async def test_sqlite_writes_show_their_waits_and_shared_commits(make_app, fake_anthropic):
     """A burst of messages in twenty conversations: on SQLite the writes, the
     commits they shared and the time they waited for their turn are counted

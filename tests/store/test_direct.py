@@ -25,6 +25,8 @@ from bot.store import Store, asyncpg_driver, direct, sqlite_driver
 from bot.store.models import InboxItem
 from bot.store.rows import execute, insert_rows
 
+pytestmark = pytest.mark.fast_path  # its mechanism (bot/store/compat.py)
+
 CLAIM = (
     update(InboxItem)
     .where(

@@ -23,6 +23,8 @@ from bot.store import Store, direct
 from bot.store.models import InboxItem
 from bot.store.rows import execute, insert_rows, new_row
 
+pytestmark = pytest.mark.fast_path  # its mechanism (bot/store/compat.py)
+
 BY_EVENT = select(col(InboxItem.payload)).where(col(InboxItem.event_id) == bindparam("r_event"))
 COUNT = select(func.count()).select_from(InboxItem)
 """no parameters: not the driver path (SQLAlchemy's own)"""

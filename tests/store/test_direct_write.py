@@ -26,6 +26,8 @@ from bot.store.models import InboxItem
 from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row
 from tests.conftest import Database
 
+pytestmark = pytest.mark.fast_path  # its mechanism (bot/store/compat.py)
+
 BY_EVENT = core_select(col(InboxItem.event_id)).where(
     col(InboxItem.event_id) == bindparam("r_event")
 )

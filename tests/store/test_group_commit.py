@@ -25,6 +25,8 @@ from tests.conftest import Database
 from tests.paths import REPO_ROOT
 from tests.store.test_direct import items
 
+pytestmark = pytest.mark.fast_path  # its mechanism (bot/store/compat.py)
+
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:

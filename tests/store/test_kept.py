@@ -22,6 +22,8 @@ from bot.store.models import InboxItem
 from bot.store.rows import execute, insert_rows, new_row
 from tests.conftest import Database
 
+pytestmark = pytest.mark.fast_path  # its mechanism (bot/store/compat.py)
+
 BY_EVENT = select(col(InboxItem.payload)).where(col(InboxItem.event_id) == bindparam("k_event"))
 PID = select(func.pg_backend_pid() + bindparam("k_x", type_=Integer))
 """the backend serving the driver path (a parameter: it takes that path)"""

@@ -16,6 +16,7 @@ from bot.store.pool import KeepingPool
 from tests.conftest import POSTGRES_URL, Database
 
 pytestmark = [
+    pytest.mark.fast_path,
     pytest.mark.postgres,
     pytest.mark.skipif(not POSTGRES_URL, reason="SWITCHBOARD_TEST_POSTGRES_URL not set"),
 ]

@@ -23,6 +23,8 @@ from bot.store.models import Conversation, User
 from bot.store.rows import insert_returning_ids, insert_rows
 from tests.paths import REPO_ROOT
 
+pytestmark = pytest.mark.fast_path  # its mechanism (bot/store/compat.py)
+
 
 @pytest.fixture
 def store(sqlite_store: Store) -> Store:

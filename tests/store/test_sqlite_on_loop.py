@@ -27,6 +27,8 @@ from bot.store import Store, checkpoints, sqlite_driver
 from bot.store.checkpoints import Checkpoints
 from bot.store.models import User
 
+pytestmark = pytest.mark.fast_path  # its mechanism (bot/store/compat.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

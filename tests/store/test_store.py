@@ -31,6 +31,7 @@ async def test_migrations_apply_and_match_the_models(store: Store):
     assert await current(store.engine) == head
 
 
+@pytest.mark.fast_path
 async def test_sqlite_is_tuned_for_a_service(sqlite_database: Database):
     store = sqlite_database.store()
     await store.upgrade()
@@ -50,6 +51,7 @@ async def test_sqlite_is_tuned_for_a_service(sqlite_database: Database):
     assert (busy, autocheckpoint, patience) == (0, 0, 5000)
 
 
+@pytest.mark.fast_path
 async def test_sqlite_off_the_loop_keeps_the_busy_timeout(sqlite_database: Database):
     store = sqlite_database.store(sqlite_on_loop=False)
     await store.upgrade()
@@ -174,6 +176,7 @@ async def test_a_connection_cut_as_it_is_taken_fails_one_transaction_only(
         await store.dispose()
 
 
+@pytest.mark.fast_path
 async def test_a_pooled_connection_is_pinged_only_after_sitting_idle(
     database: Database, monkeypatch: pytest.MonkeyPatch
 ):
