@@ -42,6 +42,7 @@ from bot.agent.messages import (
     user,
     without_tools,
 )
+from bot.agent.repeats import LOOP_REPLY, NOT_RUN, Repeats
 from bot.agent.server_tools import read_results, server_spans, sources_line
 from bot.agent.state import RunInput, RunSpec, RunState
 from bot.agent.traces import Span, Timer
@@ -56,6 +57,7 @@ from bot.llm.types import (
     TextBlock,
     TextCallback,
     ToolResultBlock,
+    ToolUseBlock,
 )
 from bot.ports import Provider
 from bot.tools.actions import output_trusted
@@ -124,6 +126,7 @@ class _Run:
         self.paused: list[ChatMessage] = []  # a turn the API paused, being resumed
         self.retried_context = self.retried_tool_cut = False
         self.estimate_at_last_call = 0
+        self.repeats = Repeats(spec.repeat_warn, spec.repeat_stop)
 
     async def go(self) -> RunState:
         spec, state = self.spec, self.state
@@ -148,6 +151,8 @@ class _Run:
             if response.tool_uses and stop == "tool_use":
                 self._append(ChatMessage("assistant", response.content))
                 await self._execute(response)
+                if state.looped is not None:
+                    return self._stop_looping(state.looped)
                 await self._take_inbox()
                 continue
             if response.tool_uses and stop == "max_tokens" and not self.retried_tool_cut:
@@ -246,6 +251,16 @@ class _Run:
     async def _execute(self, response: LLMResponse) -> None:
         calls = response.tool_uses
         done: dict[str, ToolResultBlock] = {}
+        counts = [self.repeats.call(call.name, call.input) for call in calls]
+        repeated = next(
+            (c for c, n in zip(calls, counts, strict=True) if self.repeats.stops(n)), None
+        )
+        if repeated is not None:  # going in circles: none of this step runs
+            self._append(
+                ChatMessage("user", tuple(ToolResultBlock(c.id, NOT_RUN, True) for c in calls))
+            )
+            self.state.looped = repeated.name
+            return
 
         def finished(call: object, result: ToolResultBlock, span: Span) -> None:
             done[result.tool_use_id] = result
@@ -274,12 +289,24 @@ class _Run:
             )
             self._append(ChatMessage("user", partial))
             raise
+        results = [self._noted(c, r, n) for c, r, n in zip(calls, results, counts, strict=True)]
         self._append(ChatMessage("user", tuple(results)))
         for call in calls:  # what the model reads next is not the requester's own words
             tool = self.tools.get(call.name)
             if tool is None or not output_trusted(tool):
                 self.context.untrusted.add("tool_result")
         self._add_found()
+
+    def _noted(self, call: ToolUseBlock, result: ToolResultBlock, calls: int) -> ToolResultBlock:
+        """`result`, with a note when it repeats (`bot.agent.repeats`); a
+        result given `repeat_stop` times ends the run after this step."""
+        results = self.repeats.result(call.name, result.content)
+        if self.repeats.stops(results) and self.state.looped is None:
+            self.state.looped = call.name
+        note = self.repeats.note(calls, results)
+        if note is None:
+            return result
+        return dataclasses.replace(result, content=join(result.content, note))
 
     def _add_found(self) -> None:
         """Tools a search found become callable, their definitions sent after
@@ -457,6 +484,12 @@ class _Run:
         if sources and state.final_text:  # the pages the reply cites, as links
             state.final_text = join(state.final_text, sources)
         return state
+
+    def _stop_looping(self, tool: str) -> RunState:
+        """The run repeats itself: it ends here, without another LLM call."""
+        log.warning("run.loop run=%s tool=%s calls=%d", self.spec.context.run_id, tool, self.calls)
+        self.state.final_text = LOOP_REPLY.format(tool=tool)
+        return self.state
 
     def _limit_reached(self) -> RunState:
         self.state.hit_iteration_limit = True

@@ -85,7 +85,7 @@ class _Run:
 @dataclass(slots=True)
 class _Result:
     status: str = "completed"
-    """completed | silent | failed | cancelled | timeout | refused"""
+    """completed | silent | failed | cancelled | timeout | refused | loop"""
     reply_text: str | None = None
     error: str | None = None
     notice: str | None = None
@@ -402,6 +402,8 @@ class Runner:
                 keep_last=agent.keep_last_messages,
             ),
             max_continuations=agent.max_continuations,
+            repeat_warn=agent.repeat_warn,
+            repeat_stop=agent.repeat_stop,
             inbox=inbox if first.source == "user" else None,
             meter=meter,
             found=search.take_found if search is not None else None,
@@ -446,6 +448,9 @@ class Runner:
             return _Result(
                 "failed", error=f"{type(exc).__name__}: {exc}", notice=INTERNAL_ERROR_REPLY
             )
+        if state.looped is not None:  # going in circles: stopped (`bot.agent.repeats`)
+            line = state.final_text
+            return _Result("loop", line, error=f"loop: {state.looped}", notice=line)
         text = sanitize(state.final_text)
         if is_silent(text, clean=True):
             return _Result("silent", SILENT_TOKEN)
