@@ -37,6 +37,8 @@ class PersonaFile(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     tools: tuple[str, ...] | None = None
     """Allowed tool modules; omitted means every module."""
+    skills: tuple[str, ...] | None = None
+    """The skills offered (by name); omitted: every skill offered in this persona."""
     prompt: str | None = None
     prompt_file: str | None = None
     heartbeat_minutes: float | None = Field(default=None, ge=1)
@@ -66,6 +68,7 @@ class PersonaRecord:
     description: str = ""
     heartbeat_minutes: float | None = None
     heartbeat_prompt: str | None = None
+    skills: tuple[str, ...] | None = None
 
 
 def load_persona_dir(directory: Path) -> list[tuple[PersonaRecord, Path]]:
@@ -112,6 +115,7 @@ def _load_file(path: Path) -> PersonaRecord:
         description=spec.description,
         heartbeat_minutes=spec.heartbeat_minutes,
         heartbeat_prompt=spec.heartbeat_prompt,
+        skills=spec.skills,
     )
 
 

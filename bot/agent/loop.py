@@ -17,7 +17,12 @@ Before each call the context is fitted: old tool results are pruned past the
 prune threshold, and a long tool loop crossing the compaction threshold is
 compacted (`bot.agent.compaction`). Messages that arrive for the conversation
 meanwhile (`RunSpec.inbox`) join the run: after a tool step, or — replacing an
-answer not sent yet — after the final reply.
+answer not sent yet — after the final reply. A run that repeats one tool call
+(or result) is warned, then stopped (`bot.agent.repeats`).
+
+Over 500 lines: one run's steps and every way it ends (answer, limit, cut,
+refusal, loop) read as one story; what stands alone lives beside it
+(compaction, executor, repeats, server tools).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each section is a plain function of a `PromptContext` returning text ("" leaves
 it out). Sections come in three kinds, by how often they change:
 
-- persona sections (identity, persona, tool guidance, safety, formatting,
+- persona sections (identity, persona, tool guidance, skills, safety, formatting,
   silent replies, wakeups, persona reminder) depend only on the persona, the
   mode and whether memory tools are there: the first system block, the same
   bytes for every conversation of the persona, marked for caching — with the
@@ -68,6 +68,8 @@ class PromptContext:
     now: datetime = field(default_factory=utcnow)
     memories: Sequence[str] = ()
     """Recalled memories about the user, one line each."""
+    skills: str = ""
+    """The persona's skills section (`bot.tools.skill_tools.SkillKit.section`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,11 @@ def tooling(ctx: PromptContext) -> str:
             "look things up with memory_search when earlier context could help."
         )
     return text
+
+
+def skills(ctx: PromptContext) -> str:
+    """The persona's skills, listed, or how to find them (`bot.tools.skill_tools`)."""
+    return ctx.skills
 
 
 def safety(ctx: PromptContext) -> str:
@@ -208,6 +215,7 @@ FULL: tuple[Section, ...] = (
     identity,
     persona,
     tooling,
+    skills,
     safety,
     formatting,
     silent_replies,
@@ -225,6 +233,7 @@ MINIMAL: tuple[Section, ...] = (
     identity,
     persona,
     tooling,
+    skills,
     safety,
     silent_replies,
     wakeups,
@@ -258,7 +267,14 @@ def _shared_block(ctx: PromptContext, chosen: tuple[Section, ...]) -> SystemBloc
     (all they read; see the module docstring): every message of a persona
     sends the same one."""
     names = frozenset(tool.name for tool in ctx.tools)
-    key = (ctx.mode, ctx.persona_name, ctx.persona_prompt, bool(names), bool(MEMORY_TOOLS & names))
+    key = (
+        ctx.mode,
+        ctx.persona_name,
+        ctx.persona_prompt,
+        bool(names),
+        bool(MEMORY_TOOLS & names),
+        ctx.skills,
+    )
     block = _SHARED.get(key)
     if block is None:
         persona = [s for s in chosen if s not in CONVERSATION and s not in VOLATILE]
@@ -269,4 +285,4 @@ def _shared_block(ctx: PromptContext, chosen: tuple[Section, ...]) -> SystemBloc
     return block
 
 
-_SHARED: dict[tuple[str, str, str, bool, bool], SystemBlock] = {}
+_SHARED: dict[tuple[str, str, str, bool, bool, str], SystemBlock] = {}

@@ -75,6 +75,8 @@ from bot.tools.errors import ErrorChannel
 from bot.tools.memory import memory_tools
 from bot.tools.registry import ToolRegistry
 from bot.tools.results import GetToolResult, ResultStore
+from bot.tools.skill_tools import SkillBook
+from bot.tools.skills import load_skills
 from bot.tools.web import WebTools, web_tools
 from bot.types import utcnow
 
@@ -197,6 +199,8 @@ class App:
             CountedProvider(self.provider, self.metrics, self.settings.llm.prices), self.llm_gate
         )
         personas = await sync_personas(self.store, self.settings.personas.dir)
+        config = self.settings.skills
+        skills = await asyncio.to_thread(load_skills, config.paths or ())
         errors = ErrorChannel(self.store)
         agent, llm, durable = self.settings.agent, self.settings.llm, self.settings.inbox
         memories = MemoryStore(self.store)
@@ -321,6 +325,7 @@ class App:
                 ),
                 actions=actions,
                 metrics=self.metrics,
+                skills=SkillBook(skills, config.inline_max),
                 media=self.media,
             )
         )

@@ -249,6 +249,15 @@ class AdminSettings(Section):
         return owners
 
 
+class SkillsSettings(Section):
+    """Skills (`bot.tools.skills`): folders holding one folder per skill."""
+
+    paths: tuple[Path, ...] | None = None
+    """None: `skills/` beside the config file (`load_settings` fills it in)."""
+    inline_max: int = Field(default=15, ge=0)
+    """A persona with more skills than this gets `skill_search` instead of a list."""
+
+
 class PersonaSettings(Section):
     dir: Path = PACKAGE_ROOT / "personas"
 

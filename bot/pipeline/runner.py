@@ -323,6 +323,8 @@ class Runner:
             s.tools.available(user.role, persona.tool_modules, persona.name),
             s.settings.mcp.inline_max_tools,
         )
+        kit = s.skills.for_persona(persona.name, persona.skills)
+        tools += kit.tools
         limits = agent.limits(model)
         memories: list[str] = []
         if agent.memory and agent.memory_recall and first.source == "user":
@@ -347,6 +349,7 @@ class Runner:
                 source=first.source,
                 mode="minimal" if first.source == "scheduler" else "full",
                 memories=memories,
+                skills=kit.section,
             )
         )
         taint = initial_taint(
