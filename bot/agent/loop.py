@@ -99,6 +99,11 @@ class AgentLoop:
         self.summarizer = summarizer
         self.bus = bus
 
+    def child(self) -> AgentLoop:
+        """The loop for a run's sub-agents: the same provider and tools, no
+        events (what they write is not the run's reply)."""
+        return AgentLoop(self.provider, self.executor, summarizer=self.summarizer)
+
     async def run(
         self, spec: RunSpec, state: RunState, on_text: TextCallback | None = None
     ) -> RunState:

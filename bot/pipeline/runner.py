@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from bot.accounts.budgets import BudgetStatus
 from bot.accounts.holds import BudgetRefused, HoldOwner
 from bot.accounts.identity import UserRecord
+from bot.agent.delegate import DelegateTask, subagent_limits
 from bot.agent.events import RunEvents
 from bot.agent.history import HistoryPolicy, Viewer, build_history
 from bot.agent.prompt import PromptContext, build_system
@@ -207,7 +208,7 @@ class Runner:
         inputs: list[RunInput] = [t.payload for t in batch.tickets]
         state = RunState.answering(inputs)
         meter = self._meter(run, limit, batch)
-        spec = await self._spec(run, batch, inputs, history, meter)
+        spec = await self._spec(run, batch, inputs, history, meter, state)
         events = RunEvents(s.bus, run.id, conversation.key)
         events.emit("run.started", source=first.source, model=run.model, inputs=len(inputs))
         started = time.perf_counter()
@@ -310,6 +311,7 @@ class Runner:
         inputs: list[RunInput],
         history: ConversationState,
         meter: RunMeter,
+        state: RunState,
     ) -> RunSpec:
         s, llm, agent = self.s, self.s.settings.llm, self.s.settings.agent
         first, user, conversation, persona, model = (
@@ -325,6 +327,10 @@ class Runner:
         )
         kit = s.skills.for_persona(persona.name, persona.skills)
         tools += kit.tools
+        delegate = None
+        if user.role.at_least(agent.subagent_min_role):  # its children's spans join `state`
+            delegate = DelegateTask(s.agent.child(), state, subagent_limits(agent), s.guard)
+            tools += (delegate,)
         limits = agent.limits(model)
         memories: list[str] = []
         if agent.memory and agent.memory_recall and first.source == "user":
@@ -378,7 +384,7 @@ class Runner:
             joined(taint, first, (ticket.payload.origin for ticket in taken))
             return [ticket.payload for ticket in taken]
 
-        return RunSpec(
+        spec = RunSpec(
             model=model,
             system=prompt.blocks,
             history=tuple(build_history(history.history, history.summary, policy, viewer)),
@@ -411,6 +417,9 @@ class Runner:
             meter=meter,
             found=search.take_found if search is not None else None,
         )
+        if delegate is not None:
+            delegate.attach(spec)
+        return spec
 
     # -- after the loop -----------------------------------------------------
 
