@@ -122,7 +122,9 @@ def parse_skill(path: Path) -> Skill:
     try:
         data = yaml.safe_load(found.group(1))
     except yaml.YAMLError as exc:
-        raise SkillInvalid(f"front matter is not valid YAML: {str(exc).splitlines()[0]}") from None
+        first = str(exc).splitlines()[0]
+        hint = " (quote a value holding ': ')" if "mapping values" in first else ""
+        raise SkillInvalid(f"front matter is not valid YAML: {first}{hint}") from None
     if not isinstance(data, dict):
         raise SkillInvalid("front matter is not a mapping of keys to values")
     try:
