@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from bot.errors import CommandError, StartupError
 
 if TYPE_CHECKING:  # what the commands use is imported when one runs (`bot.cli`)
-    from collections.abc import Sequence
     from datetime import datetime
 
     from bot.config import Secrets, Settings
@@ -145,26 +144,11 @@ def format_trace(trace: Trace) -> str:
         return "\n".join(lines)
     origin = min([run.started_at, *(s.started_at for s in trace.spans)])
     lines.append("")
+    from bot.store.traces import nested
+
     for span, depth in nested(trace.spans):
         lines.append(_span_line(span, origin, depth))
     return "\n".join(lines)
-
-
-def nested(spans: Sequence[TraceSpan]) -> list[tuple[TraceSpan, int]]:
-    """`spans` in order, each sub-agent's spans right under the
-    `delegate_task` call that ran them (depth 1)."""
-    calls = {s.call_id for s in spans if s.call_id}
-    children: dict[str, list[TraceSpan]] = {}
-    for span in spans:
-        if span.parent_call_id in calls:
-            children.setdefault(span.parent_call_id, []).append(span)
-    out: list[tuple[TraceSpan, int]] = []
-    for span in spans:
-        if span.parent_call_id in calls:
-            continue
-        out.append((span, 0))
-        out += [(child, 1) for child in children.get(span.call_id or "", [])]
-    return out
 
 
 def _span_line(span: TraceSpan, origin: datetime, depth: int = 0) -> str:

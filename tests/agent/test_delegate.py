@@ -20,11 +20,12 @@ from bot.cli.trace import format_trace
 from bot.store.actions import PendingAction
 from bot.store.models import Budget, Run, TokenLog, TraceSpan
 from bot.store.traces import load_trace
-from tests.fakes.anthropic import FakeUsage, text_reply, tool_call, tool_use_reply
+from tests.fakes.anthropic import FakeUsage, server_error, text_reply, tool_call, tool_use_reply
 from tests.harness import RecordingAdapter, message
 from tests.probes import ProbeTool
 
-HELPER = {"agent": {"subagent_min_role": "guest"}, "budgets": {"guest": 1_000_000}}
+HELPER_BUDGET = {"budgets": {"guest": 1_000_000}}
+HELPER = {"agent": {"subagent_min_role": "guest"}, **HELPER_BUDGET}
 
 
 def is_child(body: Mapping[str, Any]) -> bool:
@@ -266,3 +267,37 @@ async def test_a_child_cannot_spend_past_the_run_cap(make_app, fake_anthropic):
     async with app.store.read() as s:
         (run,) = (await s.exec(select(Run))).all()
     assert run.status == "refused" and run.tokens <= 20_000
+
+
+async def test_a_failing_or_slow_child_is_an_error_the_run_reads(make_app, fake_anthropic):
+    app = await make_app(
+        agent={"subagent_min_role": "guest", "subagent_timeout_seconds": 2}, **HELPER_BUDGET
+    )
+    app.attach(RecordingAdapter())
+    hold = threading.Event()
+
+    def child(task: str, body: dict[str, Any]) -> Any:
+        if "broken" in task:
+            return server_error("the model broke")
+        return text_reply("too late", hold=hold)  # answers only after its time cap
+
+    model = Model(
+        [
+            tool_use_reply(
+                tool_call("delegate_task", {"task": "a broken job"}),
+                tool_call("delegate_task", {"task": "a slow job"}),
+            ),
+            text_reply("Neither helper finished."),
+        ],
+        child,
+    )
+    fake_anthropic.responder = model
+    try:
+        outcome = await app.pipeline.handle(message("two jobs"))
+    finally:
+        hold.set()
+    assert outcome.replies[0].text == "Neither helper finished."
+    broken, slow = results(model.bodies[-1])
+    assert broken.get("is_error") and "the helper could not finish" in broken["content"]
+    assert slow.get("is_error") and "ran out of time (2 s)" in slow["content"]
+    assert len(model.children()) == 2  # neither child was run again
