@@ -97,13 +97,17 @@ def test_the_prompt_sits_on_its_own_line_under_the_streaming_reply(
         # No line carries both the reply and a prompt.
         assert not [line for line in screen if "you>" in line and WORD.search(line)]
         terminal.wait_for("THE-END")
-        done = terminal.wait_on_screen(
-            lambda lines: "you> half a" in lines and "THE-END" in " ".join(lines),
-            "the finished reply and the prompt under it",
-        )
-        assert words(done[done.index("you> half a") - 2 : done.index("you> half a")])[-1] == (
-            "THE-END"
-        )
+
+        def settled(lines: list[str]) -> bool:  # the reply printed for good, the prompt under it
+            if "you> half a" not in lines:
+                return False
+            above = words(lines[: lines.index("you> half a")])
+            return bool(above) and above[-1] == "THE-END"
+
+        done = terminal.wait_on_screen(settled, "the finished reply and the prompt under it")
+        assert done.count("you> half a") == 1  # no copy of the prompt left inside the reply
+        end = words(done[: done.index("you> half a")])[-21:]
+        assert end == [f"word{i}" for i in range(180, 200)] + ["THE-END"]  # whole, in order
         terminal.type("\x15\x04")  # Ctrl-U (the line typed goes), Ctrl-D
         status = terminal.close()
     finally:

@@ -5,8 +5,10 @@ against the fake Messages API, and assertions on the Bot API calls the adapter m
 from __future__ import annotations
 
 import base64
+import io
 import itertools
 
+from PIL import Image
 from sqlmodel import select
 
 from adapters.telegram.render import visible_len
@@ -207,8 +209,12 @@ async def test_image_and_document_are_offered_to_the_agent(rig, library, fake_an
     first, second = fake_anthropic.requests
     blocks = first.messages[-1]["content"]
     image = next(b for b in blocks if b["type"] == "image")
-    assert base64.b64decode(image["source"]["data"]) == PNG
-    assert image["source"]["media_type"] == "image/jpeg"
+    # The model's copy is re-encoded (bot.media): the same pixel, its alpha kept, so a PNG,
+    # whatever the file's name says.
+    assert image["source"]["media_type"] == "image/png"
+    sent = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))
+    assert sent.format == "PNG"
+    assert sent.convert("RGBA").getpixel((0, 0)) == Image.open(io.BytesIO(PNG)).getpixel((0, 0))
     texts = [b["text"] for b in second.messages[-1]["content"] if b["type"] == "text"]
     assert any('<document name="deploy.log">\ndeploy: OK' in t for t in texts)
     assert [c.visible_text for c in rig.telegram.sent()] == ["A tiny image.", "The log says OK."]
