@@ -85,8 +85,6 @@ class DelegateTask:
         "required": ["task"],
     }
     module = "agent"
-    min_role = Role.GUEST
-    """Offered by the runner to `[agent] subagent_min_role` and up."""
     effect = "read"
     """Itself it only reads: the child's own calls are held as any other's."""
     trusted_output = True
@@ -98,11 +96,14 @@ class DelegateTask:
         parent: RunState,
         limits: Limits,
         guard: Guard | None = None,
+        min_role: Role = Role.USER,
     ) -> None:
         self._loop = loop
         self._parent = parent
         self._limits = limits
         self._guard = guard
+        self.min_role = min_role
+        """`[agent] subagent_min_role`: a run whose user falls below it stops offering it."""
         self.timeout_seconds = limits.seconds
         self._places = asyncio.Semaphore(limits.parallel)
         self._spec: RunSpec | None = None

@@ -328,9 +328,11 @@ class Runner:
         kit = s.skills.for_persona(persona.name, persona.skills)
         tools += kit.tools
         delegate = None
-        if user.role.at_least(agent.subagent_min_role):  # its children's spans join `state`
-            delegate = DelegateTask(s.agent.child(), state, subagent_limits(agent), s.guard)
-            tools += (delegate,)
+        modules = persona.tool_modules
+        if user.role.at_least(agent.subagent_min_role) and (modules is None or "agent" in modules):
+            child_limits, least = subagent_limits(agent), agent.subagent_min_role
+            delegate = DelegateTask(s.agent.child(), state, child_limits, s.guard, least)
+            tools += (delegate,)  # (its children's spans join `state`)
         limits = agent.limits(model)
         memories: list[str] = []
         if agent.memory and agent.memory_recall and first.source == "user":
