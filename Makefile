@@ -51,6 +51,7 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.pipeline $(ARGS)
 	$(BIN)/python -m tests.benchmarks.turn_floors
 	$(BIN)/python -m tests.benchmarks.context
+	$(BIN)/python -m tests.benchmarks.agent_costs
 	$(BIN)/python -m tests.benchmarks.media
 	$(BIN)/python -m tests.benchmarks.load
 	$(BIN)/python -m tests.benchmarks.frontdoor

@@ -40,6 +40,8 @@ class PersonaFile(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     tools: tuple[str, ...] | None = None
     """Allowed tool modules; omitted means every module."""
+    skills: tuple[str, ...] | None = None
+    """The skills offered (by name); omitted: every skill offered in this persona."""
     prompt: str | None = None
     prompt_file: str | None = None
     heartbeat_minutes: float | None = Field(default=None, ge=1)
@@ -70,6 +72,7 @@ class PersonaRecord:
     heartbeat_minutes: float | None = None
     heartbeat_prompt: str | None = None
     fallback: tuple[str, ...] | None = None
+    skills: tuple[str, ...] | None = None
     source: str = field(default="", repr=False, compare=False)
     """The file it was read from (named when its model is refused)."""
 
@@ -119,6 +122,7 @@ def _load_file(path: Path) -> PersonaRecord:
         heartbeat_minutes=spec.heartbeat_minutes,
         heartbeat_prompt=spec.heartbeat_prompt,
         fallback=spec.fallback,
+        skills=spec.skills,
         source=str(path),
     )
 

@@ -237,3 +237,17 @@ def test_the_mcp_tools_figures_show_a_small_prompt_however_many_tools() -> None:
     searched, inline = rows["200 MCP tools (tool_search)"], rows["200 MCP tools forced inline"]
     assert ten[1] == none[1] + 10 and searched[1] == none[1] + 1  # only tool_search added
     assert none[0] < searched[0] < ten[0] < inline[0]
+
+
+def test_the_skills_and_sub_agent_figures() -> None:
+    out = run_bench("tests.benchmarks.agent_costs")
+    hi = {
+        int(m[1]): (int(m[2].replace(",", "")), int(m[3]))
+        for m in re.finditer(
+            r"^\s+(\d+) skills \(.+?\)\s+([\d,]+) tokens\s+\((\d+) tool", out, re.M
+        )
+    }
+    assert hi[15][1] == hi[0][1] + 2 and hi[40][1] == hi[0][1] + 3  # the skills' tools
+    assert hi[0][0] < hi[40][0] < hi[15][0]  # searching costs less than listing 15
+    turns = re.findall(r"^  (inline|delegated).*?, (task|follow-up)\s+(\d+)\s", out, re.M)
+    assert [int(calls) for *_, calls in turns] == [2, 1, 4, 1]  # the child's 2 calls counted

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from bot.agent.guard import Guard
-from bot.agent.traces import Span, Timer
+from bot.agent.traces import Span, Timer, current_call
 from bot.agent.untrusted import screen_tool_result
 from bot.errors import ToolFailed, ToolReportedError
 from bot.llm.types import ToolResultBlock, ToolUseBlock
@@ -79,6 +79,7 @@ class ToolExecutor:
         on_retry: OnRetry | None,
     ) -> ToolResultBlock:
         timer = Timer()
+        current_call.set(call.id)  # (this call's own task: gathered)
         result, error, trace = await self._run_one(call, tools, ctx, on_retry)
         span = Span(
             "tool",
@@ -87,6 +88,7 @@ class ToolExecutor:
             timer.ms,
             is_error=result.is_error,
             detail=error if error is not None else trace,
+            call_id=call.id,
         )
         if self._metrics is not None:
             self._metrics.tool_called(call.name, tools.keys(), _outcome(result, error))

@@ -17,7 +17,12 @@ Before each call the context is fitted: old tool results are pruned past the
 prune threshold, and a long tool loop crossing the compaction threshold is
 compacted (`bot.agent.compaction`). Messages that arrive for the conversation
 meanwhile (`RunSpec.inbox`) join the run: after a tool step, or — replacing an
-answer not sent yet — after the final reply.
+answer not sent yet — after the final reply. A run that repeats one tool call
+(or result) is warned, then stopped (`bot.agent.repeats`).
+
+Over 500 lines: one run's steps and every way it ends (answer, limit, cut,
+refusal, loop) read as one story; what stands alone lives beside it
+(compaction, executor, repeats, server tools).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from bot.agent.messages import (
     user,
     without_tools,
 )
+from bot.agent.repeats import LOOP_REPLY, NOT_RUN, Repeats
 from bot.agent.server_tools import read_results, server_spans, sources_line
 from bot.agent.state import RunInput, RunSpec, RunState
 from bot.agent.traces import Span, Timer, fallback_span
@@ -57,6 +63,7 @@ from bot.llm.types import (
     TextBlock,
     TextCallback,
     ToolResultBlock,
+    ToolUseBlock,
 )
 from bot.ports import Provider
 from bot.tools.actions import output_trusted
@@ -93,6 +100,11 @@ class AgentLoop:
         self.summarizer = summarizer
         self.bus = bus
 
+    def child(self) -> AgentLoop:
+        """The loop for a run's sub-agents: the same provider and tools, no
+        events (what they write is not the run's reply)."""
+        return AgentLoop(self.provider, self.executor, summarizer=self.summarizer)
+
     async def run(
         self, spec: RunSpec, state: RunState, on_text: TextCallback | None = None
     ) -> RunState:
@@ -125,6 +137,7 @@ class _Run:
         self.paused: list[ChatMessage] = []  # a turn the API paused, being resumed
         self.retried_context = self.retried_tool_cut = False
         self.estimate_at_last_call = 0
+        self.repeats = Repeats(spec.repeat_warn, spec.repeat_stop)
 
     async def go(self) -> RunState:
         spec, state = self.spec, self.state
@@ -149,6 +162,8 @@ class _Run:
             if response.tool_uses and stop == "tool_use":
                 self._append(ChatMessage("assistant", response.content))
                 await self._execute(response)
+                if state.looped is not None:
+                    return self._stop_looping(state.looped)
                 await self._take_inbox()
                 continue
             if response.tool_uses and stop == "max_tokens" and not self.retried_tool_cut:
@@ -256,6 +271,16 @@ class _Run:
     async def _execute(self, response: LLMResponse) -> None:
         calls = response.tool_uses
         done: dict[str, ToolResultBlock] = {}
+        counts = [self.repeats.call(call.name, call.input) for call in calls]
+        repeated = next(
+            (c for c, n in zip(calls, counts, strict=True) if self.repeats.stops(n)), None
+        )
+        if repeated is not None:  # going in circles: none of this step runs
+            self._append(
+                ChatMessage("user", tuple(ToolResultBlock(c.id, NOT_RUN, True) for c in calls))
+            )
+            self.state.looped = repeated.name
+            return
 
         def finished(call: object, result: ToolResultBlock, span: Span) -> None:
             done[result.tool_use_id] = result
@@ -284,12 +309,24 @@ class _Run:
             )
             self._append(ChatMessage("user", partial))
             raise
+        results = [self._noted(c, r, n) for c, r, n in zip(calls, results, counts, strict=True)]
         self._append(ChatMessage("user", tuple(results)))
         for call in calls:  # what the model reads next is not the requester's own words
             tool = self.tools.get(call.name)
             if tool is None or not output_trusted(tool):
                 self.context.untrusted.add("tool_result")
         self._add_found()
+
+    def _noted(self, call: ToolUseBlock, result: ToolResultBlock, calls: int) -> ToolResultBlock:
+        """`result`, with a note when it repeats (`bot.agent.repeats`); a
+        result given `repeat_stop` times ends the run after this step."""
+        results = self.repeats.result(call.name, result.content)
+        if self.repeats.stops(results) and self.state.looped is None:
+            self.state.looped = call.name
+        note = self.repeats.note(calls, results)
+        if note is None:
+            return result
+        return dataclasses.replace(result, content=join(result.content, note))
 
     def _add_found(self) -> None:
         """Tools a search found become callable, their definitions sent after
@@ -467,6 +504,12 @@ class _Run:
         if sources and state.final_text:  # the pages the reply cites, as links
             state.final_text = join(state.final_text, sources)
         return state
+
+    def _stop_looping(self, tool: str) -> RunState:
+        """The run repeats itself: it ends here, without another LLM call."""
+        log.warning("run.loop run=%s tool=%s calls=%d", self.spec.context.run_id, tool, self.calls)
+        self.state.final_text = LOOP_REPLY.format(tool=tool)
+        return self.state
 
     def _limit_reached(self) -> RunState:
         self.state.hit_iteration_limit = True

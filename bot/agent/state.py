@@ -62,6 +62,9 @@ class RunState:
     last_prompt_tokens: int = 0
     """Input tokens (fresh + cached) of the latest LLM call, as the API counted them."""
     compactions: int = 0
+    looped: str | None = None
+    """The tool the run kept repeating, when loop detection stopped it
+    (`bot.agent.repeats`)."""
 
     @classmethod
     def answering(cls, inputs: Sequence[RunInput]) -> RunState:
@@ -105,6 +108,10 @@ class RunSpec:
     """"memory_flush" for that internal turn's LLM calls."""
     meter: Meter | None = None
     """Reserves budget before each LLM call and settles it after (None: unmetered)."""
+    repeat_warn: int = 3
+    repeat_stop: int = 5
+    """Loop detection (`bot.agent.repeats`): the same call (or result) this
+    many times gets a note, or stops the run; 0: off."""
     found: Callable[[], Sequence[Tool]] | None = None
     """Tools a search made callable since the last ask (`tool_search`,
     `bot.tools.search`): added to the run's tools after each tool step."""

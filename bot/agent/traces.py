@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -41,10 +42,19 @@ class Span:
     is_error: bool = False
     detail: str | None = None
     """LLM: the stop reason (or the error); tool: the error summary."""
+    call_id: str | None = None
+    """A tool span's call (the model's tool_use id)."""
+    under: str | None = None
+    """A sub-agent's span: the call (`delegate_task`) it ran under."""
 
     @property
     def model(self) -> str:
         return self.name
+
+
+current_call: ContextVar[str | None] = ContextVar("current_call", default=None)
+"""The tool call being run (set by the executor in the call's own task): a
+sub-agent's spans name it as the call they ran under."""
 
 
 @dataclass(slots=True)
@@ -72,6 +82,8 @@ def span_rows(run_id: str, spans: Iterable[Span]) -> list[NewRow]:
             cache_write_tokens=s.usage.cache_write_tokens,
             is_error=s.is_error,
             detail=s.detail,
+            call_id=s.call_id,
+            parent_call_id=s.under,
         )
         for s in spans
     ]

@@ -78,6 +78,8 @@ from bot.tools.errors import ErrorChannel
 from bot.tools.memory import memory_tools
 from bot.tools.registry import ToolRegistry
 from bot.tools.results import GetToolResult, ResultStore
+from bot.tools.skill_tools import SkillBook
+from bot.tools.skills import load_skills
 from bot.tools.web import WebTools, web_tools
 from bot.types import utcnow
 
@@ -227,6 +229,8 @@ class App:
         )
         personas = await sync_personas(self.store, self.settings.personas.dir)
         check_models(self.settings, personas.models())
+        config = self.settings.skills
+        skills = await asyncio.to_thread(load_skills, config.paths or ())
         errors = ErrorChannel(self.store)
         agent, llm, durable = self.settings.agent, self.settings.llm, self.settings.inbox
         memories = MemoryStore(self.store)
@@ -353,6 +357,7 @@ class App:
                 ),
                 actions=actions,
                 metrics=self.metrics,
+                skills=SkillBook(skills, config.inline_max),
                 media=self.media,
             )
         )

@@ -1,4 +1,4 @@
-"""`switchboard run | chat | db … | trace … | personas … | admin … | jobs … | mcp …`.
+"""`switchboard run | chat | db … | trace … | personas … | skills … | admin … | jobs … | mcp …`.
 
 One module per command group, each adding its subcommands with `register`.
 Exit status: 0 ok, 1 runtime failure, 2 bad configuration or usage, or a
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bot import __version__
-from bot.cli import admin, chat, db, jobs, mcp, models, personas, run, trace
+from bot.cli import admin, chat, db, jobs, mcp, models, personas, run, skills, trace
 from bot.errors import BotError, ConfigError, StartupError
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("switchboard.cli")
 
-GROUPS = (run, chat, db, trace, personas, admin, jobs, mcp, models)
+GROUPS = (run, chat, db, trace, personas, skills, admin, jobs, mcp, models)
 
 
 def _common() -> argparse.ArgumentParser:

@@ -144,14 +144,19 @@ def format_trace(trace: Trace) -> str:
         return "\n".join(lines)
     origin = min([run.started_at, *(s.started_at for s in trace.spans)])
     lines.append("")
-    for span in trace.spans:
-        lines.append(_span_line(span, origin))
+    from bot.store.traces import nested
+
+    for span, depth in nested(trace.spans):
+        lines.append(_span_line(span, origin, depth))
     return "\n".join(lines)
 
 
-def _span_line(span: TraceSpan, origin: datetime) -> str:
+def _span_line(span: TraceSpan, origin: datetime, depth: int = 0) -> str:
     offset = (span.started_at - origin).total_seconds()
-    head = f"  +{offset:7.2f}s  {span.kind:<12} {span.name:<28} {span.duration_ms:>7,} ms"
+    kind = "  " * depth + ("└ " if depth else "") + span.kind
+    width = 28 - 4 * depth
+    name = span.name[:width]
+    head = f"  +{offset:7.2f}s  {kind:<{40 - width}} {name:<{width}} {span.duration_ms:>7,} ms"
     if span.kind in ("tool", "server_tool"):  # the detail: an error, or what was fetched
         if span.is_error:
             return head + f"  ERROR {span.detail or ''}".rstrip()

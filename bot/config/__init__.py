@@ -51,6 +51,7 @@ from bot.config.sections import (
     SchedulerSettings,
     Section,
     ServerSettings,
+    SkillsSettings,
     SlackSettings,
     StreamingSettings,
     StreamOverride,
@@ -91,6 +92,7 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "Section",
     "ServerSettings",
     "Settings",
+    "SkillsSettings",
     "SlackSettings",
     "StreamOverride",
     "StreamingSettings",
@@ -127,6 +129,7 @@ class Settings(Section):
     web: WebSettings = WebSettings()
     mcp: McpSettings = McpSettings()
     media: MediaSettings = MediaSettings()
+    skills: SkillsSettings = SkillsSettings()
 
     @model_validator(mode="after")
     def _economy_provider(self) -> Settings:
@@ -225,6 +228,9 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
         source = "built-in defaults"
     _reject_secrets(data, source)
     overridden = _apply_env_overrides(data, env)
+    skills = data.setdefault("skills", {})
+    if isinstance(skills, dict) and "paths" not in skills:  # beside the config file
+        skills["paths"] = [str(path.parent / "skills")]
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:

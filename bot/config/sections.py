@@ -107,6 +107,17 @@ class AgentSettings(Section):
     """Conversations (threads) of one channel running at once; 0: no limit per
     channel (`[llm] max_in_flight` bounds the LLM calls of all of them)."""
     max_continuations: int = Field(default=1, ge=0, le=5)
+    repeat_warn: int = Field(default=3, ge=0)
+    """The same tool call (or result) this many times in a run: its result
+    gets a note that it repeats (0: never)."""
+    repeat_stop: int = Field(default=5, ge=0)
+    """This many times: the run stops (status "loop"; 0: never)."""
+    subagent_max_iterations: int = Field(default=8, ge=1, le=50)
+    subagent_parallel: int = Field(default=3, ge=1, le=16)
+    """Sub-agents (`delegate_task`) of one run working at once; more wait."""
+    subagent_timeout_seconds: float = Field(default=120.0, gt=0)
+    subagent_min_role: Role = Role.USER
+    """Who may delegate (their runs get `delegate_task`)."""
 
     @field_validator("models")
     @classmethod
@@ -202,6 +213,15 @@ class AdminSettings(Section):
             if not sep or not platform or not user_id:
                 raise ValueError(f'"{owner}" is not of the form "platform:user_id"')
         return owners
+
+
+class SkillsSettings(Section):
+    """Skills (`bot.tools.skills`): folders holding one folder per skill."""
+
+    paths: tuple[Path, ...] | None = None
+    """None: `skills/` beside the config file (`load_settings` fills it in)."""
+    inline_max: int = Field(default=15, ge=0)
+    """A persona with more skills than this gets `skill_search` instead of a list."""
 
 
 class PersonaSettings(Section):

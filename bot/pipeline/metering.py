@@ -19,6 +19,7 @@ releases the run's holds), so spent tokens are always charged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -97,14 +98,19 @@ class RunMeter:
     """A hold was taken: the run's turn releases its holds (any a lost answer left)."""
     owed: list[int] = field(default_factory=list)
     """Tokens used and not charged yet (unlimited; a settlement that failed)."""
-    _hold: Hold | None = None
+    _holds: dict[int, Hold] = field(default_factory=dict)
+    """Each call in flight's hold, by its task: a run's sub-agents
+    (`bot.agent.delegate`) call at once, through this one meter."""
+    _promised: dict[int, int] = field(default_factory=dict)
+    """What each call in flight may use at most (input and output), by its
+    task: the run cap counts them, so calls at once never pass it together."""
 
     async def before_call(self, request: LLMRequest) -> int:
         # (what the request needs is estimated only when a cap or a limit asks)
         needed = estimate_input(request) if self.run_cap is not None or self.limited else 0
         max_tokens = request.max_tokens
         if self.run_cap is not None:
-            room = self.run_cap - self.spent - needed
+            room = self.run_cap - self.spent - sum(self._promised.values()) - needed
             if room < MIN_OUTPUT_TOKENS:
                 raise RunCapReached(self.spent, needed + MIN_OUTPUT_TOKENS, self.run_cap)
             max_tokens = min(max_tokens, room)
@@ -112,15 +118,17 @@ class RunMeter:
         if self.calls > 1:  # the first: checked as the run began
             await self._recheck()
         if not self.limited:
-            return self._waiting(max_tokens)
+            return self._waiting(needed, max_tokens)
         if not needed:  # limited since the recheck above
             needed = estimate_input(request)
         decision = await self._decide(needed, max_tokens)
         if decision.unlimited:  # the limit was lifted meanwhile
             self.limited = False
-            return self._waiting(max_tokens)
-        self._hold, self.reserved = decision.hold, True
-        return self._waiting(decision.max_tokens)
+            return self._waiting(needed, max_tokens)
+        if decision.hold is not None:
+            self._holds[_call()] = decision.hold
+        self.reserved = True
+        return self._waiting(needed, decision.max_tokens)
 
     async def _decide(self, needed: int, max_tokens: int) -> Decision:
         """A hold for the call, waiting while only the user's other calls in
@@ -189,8 +197,10 @@ class RunMeter:
             )
         self.role, self.limited = role, not unlimited
 
-    def _waiting(self, max_tokens: int) -> int:
+    def _waiting(self, needed: int, max_tokens: int) -> int:
         """The call is about to go out: the message's slot is free while it waits."""
+        if self.run_cap is not None:
+            self._promised[_call()] = needed + max_tokens
         if (slot := current_slot.get()) is not None:
             slot.give_up()
         return max_tokens
@@ -198,7 +208,8 @@ class RunMeter:
     async def after_call(self, usage: Usage | None) -> None:
         if (slot := current_slot.get()) is not None:
             await slot.take()
-        hold, self._hold = self._hold, None
+        self._promised.pop(_call(), None)
+        hold = self._holds.pop(_call(), None)
         tokens = usage.total if usage is not None else 0
         self.spent += tokens
         if hold is None:  # unlimited: charged with the turn, in its transaction
@@ -220,3 +231,8 @@ class RunMeter:
     def take_owed(self) -> list[int]:
         owed, self.owed = self.owed, []
         return owed
+
+
+def _call() -> int:
+    """The call in flight of the current task (a run's, or one of its sub-agents')."""
+    return id(asyncio.current_task())

@@ -27,6 +27,7 @@ from bot.accounts.budgets import BudgetStatus
 from bot.accounts.economy import economy_model, share_left
 from bot.accounts.holds import BudgetRefused, HoldOwner
 from bot.accounts.identity import UserRecord
+from bot.agent.delegate import DelegateTask, subagent_limits
 from bot.agent.events import RunEvents
 from bot.agent.history import HistoryPolicy, Viewer, build_history
 from bot.agent.prompt import PromptContext, build_system
@@ -75,7 +76,7 @@ class _Run:
 @dataclass(slots=True)
 class _Result:
     status: str = "completed"
-    """completed | silent | failed | cancelled | timeout | refused"""
+    """completed | silent | failed | cancelled | timeout | refused | loop"""
     reply_text: str | None = None
     error: str | None = None
     notice: str | None = None
@@ -208,7 +209,7 @@ class Runner:
         inputs: list[RunInput] = [t.payload for t in batch.tickets]
         state = RunState.answering(inputs)
         meter = self._meter(run, limit, batch)
-        spec = await self._spec(run, batch, inputs, history, meter)
+        spec = await self._spec(run, batch, inputs, history, meter, state)
         events = RunEvents(s.bus, run.id, conversation.key)
         events.emit("run.started", source=first.source, model=run.model, inputs=len(inputs))
         started = time.perf_counter()
@@ -311,6 +312,7 @@ class Runner:
         inputs: list[RunInput],
         history: ConversationState,
         meter: RunMeter,
+        state: RunState,
     ) -> RunSpec:
         s, llm, agent = self.s, self.s.settings.llm, self.s.settings.agent
         first, user, conversation, persona, model = (
@@ -324,6 +326,14 @@ class Runner:
             s.tools.available(user.role, persona.tool_modules, persona.name),
             s.settings.mcp.inline_max_tools,
         )
+        kit = s.skills.for_persona(persona.name, persona.skills)
+        tools += kit.tools
+        delegate = None
+        modules = persona.tool_modules
+        if user.role.at_least(agent.subagent_min_role) and (modules is None or "agent" in modules):
+            child_limits, least = subagent_limits(agent), agent.subagent_min_role
+            delegate = DelegateTask(s.agent.child(), state, child_limits, s.guard, least)
+            tools += (delegate,)  # (its children's spans join `state`)
         limits = agent.limits(model)
         memories: list[str] = []
         if agent.memory and agent.memory_recall and first.source == "user":
@@ -348,6 +358,7 @@ class Runner:
                 source=first.source,
                 mode="minimal" if first.source == "scheduler" else "full",
                 memories=memories,
+                skills=kit.section,
             )
         )
         taint = initial_taint(
@@ -376,7 +387,7 @@ class Runner:
             joined(taint, first, (ticket.payload.origin for ticket in taken))
             return [ticket.payload for ticket in taken]
 
-        return RunSpec(
+        spec = RunSpec(
             model=model,
             system=prompt.blocks,
             history=tuple(build_history(history.history, history.summary, policy, viewer)),
@@ -403,11 +414,16 @@ class Runner:
                 keep_last=agent.keep_last_messages,
             ),
             max_continuations=agent.max_continuations,
+            repeat_warn=agent.repeat_warn,
+            repeat_stop=agent.repeat_stop,
             inbox=inbox if first.source == "user" else None,
             meter=meter,
             found=search.take_found if search is not None else None,
             fallback=persona.fallback if persona.fallback is not None else tuple(llm.fallback),
         )
+        if delegate is not None:
+            delegate.attach(spec)
+        return spec
 
     # -- after the loop -----------------------------------------------------
 
@@ -447,6 +463,9 @@ class Runner:
             return _Result(
                 "failed", error=f"{type(exc).__name__}: {exc}", notice=INTERNAL_ERROR_REPLY
             )
+        if state.looped is not None:  # going in circles: stopped (`bot.agent.repeats`)
+            line = state.final_text
+            return _Result("loop", line, error=f"loop: {state.looped}", notice=line)
         text = sanitize(state.final_text)
         if is_silent(text, clean=True):
             return _Result("silent", SILENT_TOKEN)

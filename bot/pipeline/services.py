@@ -26,6 +26,7 @@ from bot.store.leases import Leases
 from bot.store.memories import MemoryStore
 from bot.tools.actions import PendingActions
 from bot.tools.registry import ToolRegistry
+from bot.tools.skill_tools import SkillBook
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,8 @@ class Services:
     """Consequential tool calls held for confirmation (None: nothing is held)."""
     metrics: Metrics = field(default_factory=Metrics)
     """What `GET /metrics` reports (`bot.metrics`)."""
+    skills: SkillBook = field(default_factory=lambda: SkillBook(()))
+    """The installed skills (`[skills]`), each persona's kit."""
     media: Media | None = None
     """What a message's files become for the model (None: `[media]` without
     transcription, long documents cut rather than kept)."""

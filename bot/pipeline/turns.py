@@ -90,9 +90,9 @@ class LeaseLost(BotError):
     """Another instance took over a message of this run: the turn is not ours."""
 
 
-INBOX_STATE = {"completed": "answered", "refused": "answered"}
-"""A run's status as the final state of the messages it answered (a refusal
-is their answer)."""
+INBOX_STATE = {"completed": "answered", "refused": "answered", "loop": "answered"}
+"""A run's status as the final state of the messages it answered (a refusal,
+or the line that the run stopped going in circles, is their answer)."""
 
 
 @dataclass(slots=True)

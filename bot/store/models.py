@@ -503,6 +503,10 @@ class TraceSpan(SQLModel, table=True):
     is_error: bool = False
     detail: str | None = Field(default=None, sa_type=Text)
     """The stop reason of an LLM call; the error summary of a failed tool."""
+    call_id: str | None = Field(default=None, max_length=64)
+    """A tool span's call (the model's tool_use id)."""
+    parent_call_id: str | None = Field(default=None, max_length=64)
+    """A sub-agent's span: the `delegate_task` call it ran under."""
 
 
 class Lease(SQLModel, table=True):

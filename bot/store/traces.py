@@ -4,6 +4,7 @@ Shared by `switchboard trace list|show` and the admin dashboard's runs pages."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func
@@ -86,3 +87,20 @@ async def load_trace(store: Store, run_id: str) -> Trace | None:
             )
         ).one()
     return Trace(run, key or "?", list(spans), float(cost))
+
+
+def nested(spans: Sequence[TraceSpan]) -> list[tuple[TraceSpan, int]]:
+    """`spans` in order, each sub-agent's spans right under the
+    `delegate_task` call that ran them (depth 1)."""
+    calls = {s.call_id for s in spans if s.call_id}
+    children: dict[str, list[TraceSpan]] = {}
+    for span in spans:
+        if span.parent_call_id in calls:
+            children.setdefault(span.parent_call_id, []).append(span)
+    out: list[tuple[TraceSpan, int]] = []
+    for span in spans:
+        if span.parent_call_id in calls:
+            continue
+        out.append((span, 0))
+        out += [(child, 1) for child in children.get(span.call_id or "", [])]
+    return out

@@ -6,6 +6,7 @@ next LLM call."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -147,8 +148,10 @@ async def test_one_looping_run_is_stopped_at_the_run_cap(make_app, fake_anthropi
     )
     adapter = RecordingAdapter()
     app.attach(adapter)
+    steps = itertools.count()  # each step new: loop detection does not stop it first
     fake_anthropic.responder = lambda body: tool_use_reply(
-        tool_call("step"), usage=FakeUsage(input_tokens=3000, output_tokens=100)
+        tool_call("step", {"x": str(next(steps))}),
+        usage=FakeUsage(input_tokens=3000, output_tokens=100),
     )
     outcome = await app.pipeline.handle(message("loop forever"))
 

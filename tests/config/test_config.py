@@ -35,7 +35,8 @@ def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_the_example_file_documents_every_setting():
     settings = load_settings(ROOT / "config.example.toml", environ={})
-    assert settings == Settings()  # the example shows the defaults
+    # the example shows the defaults (skills: the folder beside the file, its default)
+    assert settings == Settings(skills={"paths": [ROOT / "skills"]})
     text = (ROOT / "config.example.toml").read_text()
     for section, model in Settings.model_fields.items():
         assert f"[{section}]" in text, section

@@ -362,7 +362,7 @@ async def test_200_tools_search_mode_finds_and_calls_one(make_app, fake_anthropi
     first, second, third = fake_anthropic.requests
     fixed = tool_names(first)
     assert not any(name.startswith("mcp__") for name in fixed)  # none inline
-    assert fixed[-1] == "tool_search"
+    assert fixed[-2:] == ["tool_search", "delegate_task"]  # (delegate_task: role user up)
     (found,) = results(second)
     listing = text_of(found)
     assert listing.count("\n## mcp__box__") == 5  # at most five, with their schemas

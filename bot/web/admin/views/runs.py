@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from bot.store.traces import load_trace, recent_runs
+from bot.store.traces import load_trace, nested, recent_runs
 from bot.web.admin.auth import Credential
 from bot.web.admin.site import Site
 
@@ -27,7 +27,10 @@ async def trace(site: Site, request: web.Request, credential: Credential) -> web
         return site.problem(request, credential, 404, "There is no such run.")
     run = found.run
     origin = min([run.started_at, *(s.started_at for s in found.spans)])
-    spans = [(span, (span.started_at - origin).total_seconds()) for span in found.spans]
+    spans = [
+        (span, (span.started_at - origin).total_seconds(), depth)
+        for span, depth in nested(found.spans)
+    ]
     duration = (
         None if run.finished_at is None else (run.finished_at - run.started_at).total_seconds()
     )
