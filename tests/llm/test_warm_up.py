@@ -21,6 +21,8 @@ from bot.app import service
 from bot.llm import warm_up
 from tests.paths import REPO_ROOT
 
+pytestmark = pytest.mark.slow
+
 PROBE = r"""
 import asyncio, importlib, json, sys, threading
 import pydantic
@@ -38,8 +40,6 @@ pydantic.BaseModel.model_rebuild = classmethod(recording)
 
 from bot.llm.types import ChatMessage, LLMRequest, TextBlock, ToolSpec
 from tests.fakes.anthropic import FakeAnthropic, text_reply, tool_use_reply
-
-pytestmark = pytest.mark.slow
 
 async def main(warm):
     if warm:
