@@ -166,16 +166,41 @@ class Pipeline:
                 if attempt is not None and (left := self._early.leftover(attempt)) is not None:
                     await asyncio.shield(self._hand_back(left))
 
-    async def resume(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome:
-        """Run a message taken over from the inbox (already claimed)."""
+    async def resume(
+        self, msg: IncomingMessage, *, deliver: bool = True, place: Place | None = None
+    ) -> Outcome:
+        """Run a message taken over from the inbox (already claimed); `place`:
+        its place in its conversation's line, when taken already."""
         self._hold(msg)
-        place = self._arrivals.arrive(msg.conversation_key)
+        if place is None:
+            place = self._arrivals.arrive(msg.conversation_key)
         try:
             with arrived(msg.received_at.timestamp()):
                 async with self._tracked(), self._admission.slot():
                     return await self._process(msg, deliver, place)
         finally:
             self._arrivals.leave(place)
+
+    async def resume_in_order(self, msgs: Sequence[IncomingMessage]) -> None:
+        """Run messages taken over from the inbox, oldest first, as messages in
+        hand: each takes its place in its conversation's line now, so they
+        queue for their run in this order and the run may take the later ones
+        in (not one after another's answer: a message arriving meanwhile would
+        join the run going on and be answered before the ones still waiting)."""
+        places = [self._arrivals.arrive(msg.conversation_key) for msg in msgs]
+        try:
+            results = await asyncio.gather(
+                *(self.resume(msg, place=place) for msg, place in zip(msgs, places, strict=True)),
+                return_exceptions=True,
+            )
+        finally:
+            for place in places:  # one that never started leaves its place too
+                self._arrivals.leave(place)
+        for msg, result in zip(msgs, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+            if isinstance(result, Exception):
+                log_failure(log, result, "inbox.resume_failed event_id=%s", msg.dedupe_key)
 
     async def _hand_back(self, early: Early) -> None:
         """A lease taken early (at intake, or with a new account) that no run
