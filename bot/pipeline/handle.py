@@ -156,7 +156,7 @@ class Pipeline:
                 if on_accepted is not None:  # durably ours: the platform may forget it now
                     on_accepted()
                 self._hold(msg)
-                place = None if command else self._arrivals.arrive(msg.conversation_key)
+                place = None if command else self._arrive(msg)
                 with arrived(msg.received_at.timestamp()):
                     async with self._admission.slot():
                         return await self._process(msg, deliver, place)
@@ -173,7 +173,7 @@ class Pipeline:
         its place in its conversation's line, when taken already."""
         self._hold(msg)
         if place is None:
-            place = self._arrivals.arrive(msg.conversation_key)
+            place = self._arrive(msg)
         try:
             with arrived(msg.received_at.timestamp()):
                 async with self._tracked(), self._admission.slot():
@@ -187,7 +187,7 @@ class Pipeline:
         queue for their run in this order and the run may take the later ones
         in (not one after another's answer: a message arriving meanwhile would
         join the run going on and be answered before the ones still waiting)."""
-        places = [self._arrivals.arrive(msg.conversation_key) for msg in msgs]
+        places = [self._arrive(msg) for msg in msgs]
         try:
             results = await asyncio.gather(
                 *(self.resume(msg, place=place) for msg, place in zip(msgs, places, strict=True)),
@@ -201,6 +201,9 @@ class Pipeline:
                 raise result
             if isinstance(result, Exception):
                 log_failure(log, result, "inbox.resume_failed event_id=%s", msg.dedupe_key)
+
+    def _arrive(self, msg: IncomingMessage) -> Place:
+        return self._arrivals.arrive(msg.conversation_key, msg.received_at.timestamp())
 
     async def _hand_back(self, early: Early) -> None:
         """A lease taken early (at intake, or with a new account) that no run
@@ -273,7 +276,7 @@ class Pipeline:
                 outcome = await self.s.control.submit(
                     conversation.key,
                     f"{msg.platform}:{msg.platform_channel_id}",
-                    Ticket(item, group),
+                    Ticket(item, group, order=msg.received_at.timestamp()),
                     lambda batch: self._run(batch, user, conversation, deliver),
                 )
             if outcome.status == "failed" and outcome.run_id is None and not outcome.replies:

@@ -18,9 +18,11 @@ from datetime import timedelta
 from sqlalchemy import update
 from sqlmodel import col
 
+from bot.pipeline.arrivals import Arrivals
+from bot.pipeline.control import Batch, RunControl, Ticket
 from bot.pipeline.intake import Inbox
 from bot.store.models import InboxItem
-from bot.types import utcnow
+from bot.types import Outcome, utcnow
 from tests.fakes.anthropic import last_user_text, text_reply
 from tests.harness import RecordingAdapter, message
 from tests.waiting import wait_until
@@ -114,3 +116,44 @@ async def test_messages_taken_over_together_queue_before_one_arriving_meanwhile(
     await housekeeper.wait_idle()
     # The third is answered last: with the second in the run, or after it.
     assert adapter.texts[-1] == "re: third", adapter.texts
+
+
+async def test_an_earlier_message_queued_late_runs_before_newer_ones_waiting() -> None:
+    """A message taken over from a dead process reaches the run control after
+    newer ones of its conversation already wait there: it takes its place by
+    when it was received, and drives the next run before them."""
+    control = RunControl()
+    release = asyncio.Event()
+    runs: list[list[str]] = []
+
+    async def drive(batch: Batch) -> Outcome:
+        runs.append([t.payload for t in batch.tickets])
+        if batch.tickets[0].payload == "running":
+            await release.wait()
+        return Outcome("answered")
+
+    def submit(name: str, order: float) -> asyncio.Task[Outcome]:
+        ticket = Ticket(name, group=name, order=order)  # each its own sender
+        return asyncio.create_task(control.submit("k", "c", ticket, drive))
+
+    running = submit("running", 1.0)
+    await wait_until(lambda: control.active("k") is not None)
+    newer = submit("newer", 3.0)
+    await wait_until(lambda: control.queued("k") == 1)
+    older = submit("older", 2.0)  # taken over: received before "newer"
+    await wait_until(lambda: control.queued("k") == 2)
+    release.set()
+    await asyncio.gather(running, newer, older)
+    assert runs == [["running"], ["older"], ["newer"]]
+
+
+async def test_an_earlier_message_takes_its_place_ahead_in_the_line() -> None:
+    arrivals = Arrivals()
+    newer = arrivals.arrive("k", 3.0)
+    older = arrivals.arrive("k", 2.0)  # taken over while the newer one is on its way
+    waiting = asyncio.create_task(arrivals.turn(newer))
+    await arrivals.turn(older)  # nothing ahead of it
+    assert not waiting.done()
+    arrivals.leave(older)
+    await waiting
+    arrivals.leave(newer)
