@@ -7,7 +7,7 @@ ARGS   ?=
 JOBS   ?= auto
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: help install run chat test test-browser lint bench soak clean
+.PHONY: help install run chat test test-fast test-browser lint bench soak clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,16 @@ run: $(STAMP)  ## start every enabled platform; with none, a terminal chat
 chat: $(STAMP)  ## terminal chat with the agent
 	$(BIN)/switchboard chat $(ARGS)
 
+# The tests start Python hundreds of times: let them keep compiled bytecode even
+# where PYTHONDONTWRITEBYTECODE is set (each process would compile the project again).
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
+
 test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0: one process)
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(JOBS) $(ARGS)
+
+test-fast: $(STAMP)  ## the tests that are not e2e, slow or perf: what to run while working (under a minute)
+	$(BIN)/pytest -n $(JOBS) -m "not e2e and not slow and not perf" $(ARGS)
 
 test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
 	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)

@@ -77,6 +77,9 @@ class ProviderError(BotError):
     what it raises, so that the wording for people can name them."""
 
     retryable: bool = False
+    tried: tuple[str, ...] = ()
+    """The models of the call's fallback chain that were asked, when more
+    than one was (`bot.llm.router`): the whole chain failed."""
     endpoint: ProviderEndpoint | None = None
     model: str | None = None
     status: int | None = None

@@ -41,7 +41,7 @@ SqliteWrites = Callable[[], tuple[int, int, float]]
 """SQLite's writes so far: turns on the write lock, commits, seconds waited."""
 
 OTHER = "other"
-_TOKEN = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+_TOKEN = re.compile(r"[A-Za-z0-9_.:/\-]{1,64}")
 RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
 WAKEUP_OUTCOMES = ("answered", "silent", "refused", "failed", "delivery_failed", "missed")
@@ -106,6 +106,12 @@ class Metrics:
         )
         self.llm_cost = Counter(
             "switchboard_llm_cost_usd", "Estimated LLM cost (USD, from [llm] prices)", registry=r
+        )
+        self.llm_fallbacks = Counter(
+            "switchboard_llm_fallbacks",
+            "LLM calls that went on to the next model of their chain (names from config)",
+            ["from", "to", "reason"],
+            registry=r,
         )
         self.run_duration = Histogram(
             "switchboard_run_duration_seconds",
@@ -232,6 +238,9 @@ class Metrics:
                     self._child(self.llm_tokens, kind).inc(tokens)
         if cost > 0:
             self.llm_cost.inc(cost)
+
+    def llm_fallback(self, from_model: str, to_model: str, reason: str) -> None:
+        self._child(self.llm_fallbacks, from_model, to_model, reason).inc()
 
     def run_finished(self, status: str, seconds: float) -> None:
         self._child(self.run_duration, status).observe(max(seconds, 0.0))

@@ -34,6 +34,9 @@ class PersonaFile(BaseModel):
     server_id: str | None = None
     is_default: bool = False
     model: str | None = None
+    """"provider/model", or a bare name (the built-in provider); unset: `[llm] model`."""
+    fallback: tuple[str, ...] | None = None
+    """This persona's fallback chain; unset: `[llm] fallback`."""
     max_tokens: int | None = Field(default=None, ge=1)
     tools: tuple[str, ...] | None = None
     """Allowed tool modules; omitted means every module."""
@@ -66,6 +69,7 @@ class PersonaRecord:
     description: str = ""
     heartbeat_minutes: float | None = None
     heartbeat_prompt: str | None = None
+    fallback: tuple[str, ...] | None = None
     source: str = field(default="", repr=False, compare=False)
     """The file it was read from (named when its model is refused)."""
 
@@ -114,6 +118,7 @@ def _load_file(path: Path) -> PersonaRecord:
         description=spec.description,
         heartbeat_minutes=spec.heartbeat_minutes,
         heartbeat_prompt=spec.heartbeat_prompt,
+        fallback=spec.fallback,
         source=str(path),
     )
 
@@ -169,6 +174,11 @@ class PersonaBook:
 
     def names(self) -> list[str]:
         return sorted(self._by_name)
+
+    def models(self) -> list[str]:
+        """Every model the personas name (their own and their fallbacks)."""
+        named = [[r.model or "", *(r.fallback or ())] for r in self._by_name.values()]
+        return [m for models in named for m in models if m]
 
 
 async def sync_personas(store: Store, directory: Path) -> PersonaBook:

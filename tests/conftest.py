@@ -17,9 +17,13 @@ from bot.app import App
 from bot.config import Secrets, Settings
 from bot.store import Store
 from tests.fakes.anthropic import FakeAnthropic
+from tests.migrated import Migrated
+from tests.migrated import make as make_migrated
 
 POSTGRES_URL = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL")
 TEST_API_KEY = "sk-ant-test-0123456789abcdef"
+
+pytest_plugins = ["tests.tiers"]  # the tiers: e2e, slow, perf (and the rule that keeps them)
 
 BACKENDS = [
     "sqlite",
@@ -70,6 +74,12 @@ class Database:
         return data
 
 
+@pytest.fixture(scope="session")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Migrated:
+    """Databases the migrations made, once per test process (tests/migrated.py)."""
+    return make_migrated(tmp_path_factory.mktemp("migrated"), POSTGRES_URL)
+
+
 @pytest.fixture(params=BACKENDS)
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
     db = Database(request.param, tmp_path)
@@ -100,7 +110,8 @@ async def sqlite_database(tmp_path: Path) -> Database:
 
 
 @pytest.fixture
-async def store(database: Database) -> AsyncIterator[Store]:
+async def store(database: Database, migrated: Migrated) -> AsyncIterator[Store]:
+    await migrated.into(database)
     store = database.store()
     await store.upgrade()
     try:
@@ -134,9 +145,12 @@ AppFactory = Callable[..., Any]
 
 
 @pytest.fixture
-async def make_app(database: Database, fake_anthropic: FakeAnthropic) -> AsyncIterator[AppFactory]:
+async def make_app(
+    database: Database, fake_anthropic: FakeAnthropic, migrated: Migrated
+) -> AsyncIterator[AppFactory]:
     """Build and open an App on the test database, talking to the fake API."""
     apps: list[App] = []
+    await migrated.into(database)
 
     async def factory(*, tools: Any = (), clock: Any = None, **sections: Any) -> App:
         app = App(

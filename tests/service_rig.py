@@ -1,7 +1,8 @@
 """The real service as a subprocess (`python -m bot run`), for tests that kill it.
 
 `Service` starts `switchboard run` with Slack in HTTP mode against a `FakeSlack`
-and the model at a `FakeAnthropic`, waits for `/healthz`, and can SIGKILL,
+and the model at a `FakeAnthropic`, waits for `/readyz` (every adapter started:
+`/healthz` answers before they are), and can SIGKILL,
 SIGTERM and restart it; its stderr is kept for the failure message and for
 assertions on its logs. `SlackSender` plays Slack's side of the Events API:
 signed deliveries, redelivered (with `X-Slack-Retry-Num`) until answered 200,
@@ -110,7 +111,9 @@ class Service:
     logs: list[str] = field(default_factory=list)
     """stderr lines of every run, in order."""
     start_timeout: float = START_TIMEOUT_S
-    """How long `start` waits for /healthz."""
+    """How long `start` waits for `ready_path`."""
+    ready_path: str = "/readyz"
+    """What answers 200 once the program is ready (the service: its adapters too)."""
     _reader: asyncio.Task[None] | None = None
 
     @property
@@ -129,14 +132,14 @@ class Service:
             stderr=asyncio.subprocess.PIPE,
         )
         self._reader = asyncio.create_task(self._read(self.proc))
-        await self._wait_healthy()
+        await self._wait_ready()
 
     async def _read(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stderr is not None
         async for line in proc.stderr:
             self.logs.append(line.decode(errors="replace").rstrip())
 
-    async def _wait_healthy(self) -> None:
+    async def _wait_ready(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.start_timeout
         async with aiohttp.ClientSession() as http:
@@ -145,11 +148,13 @@ class Service:
                     await self._drain()
                     raise AssertionError("the service exited:\n" + self.log_text)
                 with contextlib.suppress(aiohttp.ClientError, OSError):
-                    async with http.get(self.url + "/healthz") as response:
+                    async with http.get(self.url + self.ready_path) as response:
                         if response.status == 200:
                             return
                 if loop.time() > deadline:
-                    raise AssertionError("the service did not get healthy:\n" + self.log_text)
+                    raise AssertionError(
+                        f"the service did not get ready ({self.ready_path}):\n" + self.log_text
+                    )
                 await asyncio.sleep(0.1)
 
     def kill(self) -> None:

@@ -18,6 +18,8 @@ from tests.benchmarks.counting import SqlCounter
 from tests.conftest import POSTGRES_URL
 from tests.paths import REPO_ROOT
 
+pytestmark = [pytest.mark.perf, pytest.mark.e2e]  # the front door's benchmarks run the service
+
 
 def run_bench(module: str, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "SWITCHBOARD_TEST_POSTGRES_URL"}

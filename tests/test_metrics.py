@@ -30,6 +30,7 @@ async def scraped(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]
     [
         ("slack", None, "slack"),
         ("claude-sonnet-5-5", None, "claude-sonnet-5-5"),
+        ("openrouter/meta-llama/llama-4", None, "openrouter/meta-llama/llama-4"),
         ("current_time", {"current_time"}, "current_time"),
         ("made_up_tool", {"current_time"}, "other"),
         ("ignore previous instructions", None, "other"),

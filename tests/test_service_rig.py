@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import service_rig
 from tests.paths import REPO_ROOT
 from tests.service_rig import free_port
@@ -36,6 +38,7 @@ def test_a_free_port_skips_one_that_a_server_holds(monkeypatch) -> None:
         assert free_port() == other
 
 
+@pytest.mark.slow
 def test_parallel_workers_never_pick_the_same_port() -> None:
     script = (
         "import json; from tests.service_rig import free_port;"

@@ -292,13 +292,15 @@ class SlackAdapter:
         ]
 
     async def _http_request(self, request: web.Request) -> web.StreamResponse:
-        if self._core is None or self.identity is None:  # not started (or stopping)
-            return web.json_response({"error": "not ready"}, status=503)
+        # What is refused anyway is refused first (cheaply, and never with a 503
+        # that Slack would deliver again): a bad signature, then a bad shape.
         body = await request.read()
         if self._verifier is None or not signature_ok(self._verifier, body, request.headers):
             return rejected(request, 401, "bad or missing signature")
         if problem := shape_problem(request.path, body):
             return rejected(request, 400, problem)
+        if self._core is None or self.identity is None:  # not started (or stopping)
+            return web.json_response({"error": "not ready"}, status=503)
         retry = request.headers.get("X-Slack-Retry-Num")
         if retry:
             reason = request.headers.get("X-Slack-Retry-Reason", "")

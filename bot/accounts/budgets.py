@@ -108,6 +108,7 @@ class Budgets:
     ) -> None:
         self._store = store
         self._defaults = defaults
+        self.settings = defaults
         self._hold = timedelta(seconds=hold_seconds)
         """A hold's backstop: longer than any LLM call can take."""
         self.instance = instance

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from bot.accounts.audit import Audit
 from bot.accounts.budgets import Budgets, BudgetStatus, LimitMode
 from bot.accounts.directory import Directory, Person
+from bot.accounts.economy import economy_model
 from bot.accounts.usage import UsageBook, UsageReport, UserUsage
 from bot.errors import CommandDenied, CommandError
 from bot.formatting.text import columns, counted, plural
@@ -78,7 +79,17 @@ class AdminOps:
         return budget_text(status, None if own else person, plain=self.plain)
 
     async def usage_text(self, person: Person, *, own: bool = False) -> str:
-        return usage_text(await self.usage.for_user(person.id), None if own else person)
+        text = usage_text(await self.usage.for_user(person.id), None if own else person)
+        status = await self.budgets.status(person.id, person.role)
+        economy = economy_model(self.budgets.settings, status)
+        if economy is None:
+            return text
+        share = self.budgets.settings.economy_below
+        who = "you are" if own else "they are"
+        return (
+            f"{text}\nWith less than {share:.0%} of the allowance left, {who} answered by "
+            f"the economy model ({economy}) until it renews on {status.resets_at:%Y-%m-%d}."
+        )
 
     async def report_text(self, top: int = 10) -> str:
         report = await self.usage.report(top)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.agent.history import SUMMARY_HEADER, repair, soft_trimmed, summary_messages
-from bot.agent.traces import Span, Timer
+from bot.agent.traces import Span, Timer, fallback_span
 from bot.errors import BotError
 from bot.llm.types import (
     ChatMessage,
@@ -126,9 +126,12 @@ class Summarizer:
         max_tokens: int = 1024,
         timeout: float = 60.0,
         chunk_chars: int = 200_000,
+        fallback: Sequence[str] = (),
     ) -> None:
         self._provider = provider
         self.model = model
+        self.fallback = tuple(fallback)
+        """The models tried in turn when `model`'s provider fails (`bot.llm.router`)."""
         self.max_tokens = max_tokens
         self.timeout = timeout
         self.chunk_chars = chunk_chars
@@ -168,6 +171,8 @@ class Summarizer:
             temperature=TEMPERATURE,
             timeout=self.timeout,
             cache=False,
+            fallback=self.fallback,
+            on_fallback=lambda fallback: _record(spans, fallback_span("compaction", fallback)),
         )
         timer = Timer()
         try:
@@ -234,3 +239,7 @@ async def compact_view(
         log.warning("compaction.failed mid-run, truncating instead: %s", exc)
         return Compacted(repair([*summary_messages(previous), *tail]), exc.spans, str(exc))
     return Compacted(repair([*summary_messages(summary.text), *tail]), summary.spans)
+
+
+async def _record(spans: list[Span], span: Span) -> None:
+    spans.append(span)

@@ -15,7 +15,9 @@ Event types and their `data`:
 - ``chunk``: text (a streamed piece of the model's reply; may be discarded later)
 - ``tool.call``: tool, id
 - ``tool.result``: tool, id, is_error, duration_ms
-- ``run.retrying``: reason ("context_window", "max_tokens", "tool"), detail
+- ``run.retrying``: reason ("context_window", "max_tokens", "tool", "fallback": the
+  call goes on with the next model of its chain, `detail`, whose text replaces
+  what was streamed), detail
 - ``run.completed``: status ("completed" | "silent"), iterations, tokens
 - ``run.failed``: error
 - ``run.cancelled``: reason ("stop" | "timeout" | "shutdown")

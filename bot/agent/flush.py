@@ -60,6 +60,7 @@ class MemoryFlush:
         platform: str,
         chat_type: str,
         user_name: str | None,
+        fallback: tuple[str, ...] = (),
     ) -> list[Span]:
         """Run the flush turn; returns its spans. Never raises (failures are logged)."""
         recent = repair(list(history)[-self.messages :])
@@ -89,6 +90,7 @@ class MemoryFlush:
             max_iterations=self.iterations,
             max_continuations=0,
             span_kind="memory_flush",
+            fallback=fallback,
         )
         state = RunState.answering([RunInput((TextBlock(FLUSH_PROMPT),), FLUSH_PROMPT)])
         try:

@@ -44,13 +44,14 @@ from bot.agent.messages import (
 )
 from bot.agent.server_tools import read_results, server_spans, sources_line
 from bot.agent.state import RunInput, RunSpec, RunState
-from bot.agent.traces import Span, Timer
+from bot.agent.traces import Span, Timer, fallback_span
 from bot.errors import ContextWindowExceeded, ProviderError
 from bot.llm.capabilities import fitted
 from bot.llm.tokens import messages_tokens, prompt_tokens, text_tokens, tool_tokens
 from bot.llm.types import (
     Block,
     ChatMessage,
+    Fallback,
     LLMRequest,
     LLMResponse,
     TextBlock,
@@ -187,6 +188,8 @@ class _Run:
             volatile=volatile,
             tool_choice=self._tool_choice(wrap_up),
             cached_tools=self.fixed_specs,
+            fallback=spec.fallback,
+            on_fallback=self._fell_back,
         )
         if spec.meter is not None:  # reserve before the call; may shrink max_tokens
             allowed = await spec.meter.before_call(request)
@@ -237,6 +240,13 @@ class _Run:
         )
         self.estimate_at_last_call = self._estimate()
         return response
+
+    async def _fell_back(self, fallback: Fallback) -> None:
+        """The call goes on with the next model of its chain: the failed
+        attempt is a span, and the text it streamed is dropped from the live
+        view (the next model's replaces it)."""
+        self.state.spans.append(fallback_span(self.spec.span_kind, fallback))
+        self.events.emit("run.retrying", reason="fallback", detail=fallback.to_model)
 
     async def _chunk(self, text: str) -> None:
         self.events.emit("chunk", text=text)

@@ -108,3 +108,5 @@ class RunSpec:
     found: Callable[[], Sequence[Tool]] | None = None
     """Tools a search made callable since the last ask (`tool_search`,
     `bot.tools.search`): added to the run's tools after each tool step."""
+    fallback: tuple[str, ...] = ()
+    """Models to try in turn when `model`'s provider fails (`bot.llm.router`)."""

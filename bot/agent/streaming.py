@@ -119,6 +119,9 @@ class RunView:
         self.activity: str | None = "thinking"
         self.continuing = False
         self.ended = False
+        self._before_call = ""
+        """What the stream held when the current call began (a continued reply's
+        earlier part): what a fallback to the next model goes back to."""
 
     @property
     def text(self) -> str:
@@ -133,12 +136,17 @@ class RunView:
             self.activity = None
         elif event.type == "activity":
             kind = str(data.get("kind"))
-            if kind == "thinking" and not self.continuing:
-                self.stream = StreamFilter()  # a new call: its text is the reply now
+            if kind == "thinking":
+                if not self.continuing:
+                    self.stream = StreamFilter()  # a new call: its text is the reply now
+                self._before_call = self.stream.raw
             self.continuing = False
             using = self.activity is not None and self.activity.startswith("using")
             if kind != "tool_exec" or not using:
                 self.activity = ACTIVITIES.get(kind, "working")
+        elif event.type == "run.retrying" and data.get("reason") == "fallback":
+            self.stream = StreamFilter()  # the next model's text replaces the failed one's
+            self.stream.feed(self._before_call)
         elif event.type == "run.retrying":
             self.continuing = data.get("detail") == "continuing"
         elif event.type == "tool.call":

@@ -6,7 +6,11 @@ one per tool call (name, error flag, duration; what the tool did when it says:
 ("server_tool": its web search's query and results); internal turns triggered by a
 run (memory flush, compaction) add theirs under the same run id. Spans are kept
 in the `RunState` while the run goes on and stored with the turn
-(`trace_spans`); `switchboard trace show RUN_ID` prints them.
+(`trace_spans`); `switchboard trace show RUN_ID` prints them. An LLM span's
+name is the model that answered as config names it ("openrouter/x"; a bare
+name: the built-in provider), so it says the provider too; a call that went
+on to the next model of its fallback chain adds an error span for each
+model that failed (`fallback_span`).
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
+from bot.config import plain_model
+from bot.llm.types import Fallback
 from bot.store.models import TraceSpan
 from bot.store.rows import NewRow, new_row
 from bot.types import Usage, utcnow
@@ -69,3 +75,15 @@ def span_rows(run_id: str, spans: Iterable[Span]) -> list[NewRow]:
         )
         for s in spans
     ]
+
+
+def fallback_span(kind: SpanKind, fallback: Fallback) -> Span:
+    """The failed attempt of a call that went on to the next model of its chain."""
+    return Span(
+        kind,
+        plain_model(fallback.from_model),
+        datetime.fromtimestamp(fallback.started_at, UTC),
+        fallback.duration_ms,
+        is_error=True,
+        detail=f"{fallback.reason}: went on to {fallback.to_model}",
+    )

@@ -48,6 +48,9 @@ from bot.config import MediaSettings, Secrets, Settings
 from bot.conversations import Conversations
 from bot.errors import ConfigError, StartupError
 from bot.llm.gate import FairLimiter, GatedProvider
+from bot.llm.pricing import unpriced
+from bot.llm.providers import build_router, uses_builtin
+from bot.llm.router import Observer
 from bot.mcp.metrics import McpMetrics
 from bot.mcp.status import check_personas
 from bot.media import Media, build_media
@@ -100,30 +103,51 @@ the event loop never stalls on it (`import_provider`); it imports the
 provider, `bot.llm.anthropic`."""
 
 
-def make_provider(settings: Settings, secrets: Secrets) -> Provider:
-    return provider_factory(settings, secrets)()
+def make_provider(
+    settings: Settings, secrets: Secrets, on_fallback: Observer | None = None
+) -> Provider:
+    return provider_factory(settings, secrets, on_fallback)()
 
 
-def provider_factory(settings: Settings, secrets: Secrets) -> Callable[[], Provider]:
-    """What builds the configured provider: its settings are checked now (a
-    missing key raises here), the SDK is imported when it is called."""
-    api_key = secrets.require("anthropic_api_key")
+def provider_factory(
+    settings: Settings, secrets: Secrets, on_fallback: Observer | None = None
+) -> Callable[[], Provider]:
+    """What builds the configured providers (`bot.llm.router`): their settings
+    are checked now (a missing key raises here), each SDK is imported on the
+    first call that needs it. The built-in provider's key is required only
+    when a configured model is served by it."""
+    key = secrets.anthropic_api_key
+    api_key = key.get_secret_value() if key is not None else None
+    if uses_builtin(settings.configured_models()):
+        api_key = secrets.require("anthropic_api_key")
     from_sdk = settings.llm.base_url is None and os.environ.get("ANTHROPIC_BASE_URL")
     url_setting = "ANTHROPIC_BASE_URL" if from_sdk else "llm.base_url"
+    router = build_router(
+        settings.llm,
+        os.environ,
+        builtin_key=api_key,
+        builtin_url_setting=url_setting,
+        on_fallback=on_fallback,
+    )
+    return lambda: router
 
-    def build() -> Provider:
-        from bot.llm.anthropic import AnthropicProvider
 
-        return AnthropicProvider(
-            api_key=api_key,
-            base_url=settings.llm.base_url,
-            max_retries=settings.llm.max_retries,
-            timeout=settings.llm.timeout_seconds,
-            max_connections=settings.llm.max_in_flight,
-            url_setting=url_setting,
+def check_models(settings: Settings, persona_models: Sequence[str]) -> None:
+    """Every model the personas name has a configured provider (else a
+    `ConfigError`); a WARNING for each configured model without a price (it
+    is charged at the highest configured price)."""
+    for name in persona_models:
+        try:
+            settings.llm.check_model(name, "persona model")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    models = [*settings.configured_models(), *persona_models]
+    for model in unpriced(models, settings.llm.prices):
+        log.warning(
+            "llm.unpriced model=%s: no [llm.prices] entry; its calls are charged at the "
+            "highest configured price",
+            model,
         )
-
-    return build
 
 
 async def import_provider() -> None:
@@ -170,12 +194,13 @@ class App:
     async def open(self) -> Pipeline:
         self.web_tools = web_tools(self.settings.web, os.environ, self.metrics)  # config first
         self.media = build_media(self.settings.media, None, os.environ, self.metrics)
+        fallbacks = self.metrics.llm_fallback
         if self.provider is None and self.provider_in_background:
-            build = provider_factory(self.settings, self.secrets)
-            self.provider = BackgroundProvider(build, import_provider)
+            build = provider_factory(self.settings, self.secrets, fallbacks)
+            self.provider = BackgroundProvider(build, import_provider, build().supports)
         elif self.provider is None:
             await import_provider()
-            self.provider = make_provider(self.settings, self.secrets)
+            self.provider = make_provider(self.settings, self.secrets, fallbacks)
         self.store = Store(
             self.settings.database.url,
             echo=self.settings.database.echo,
@@ -200,13 +225,15 @@ class App:
             CountedProvider(self.provider, self.metrics, self.settings.llm.prices), self.llm_gate
         )
         personas = await sync_personas(self.store, self.settings.personas.dir)
+        check_models(self.settings, personas.models())
         errors = ErrorChannel(self.store)
         agent, llm, durable = self.settings.agent, self.settings.llm, self.settings.inbox
         memories = MemoryStore(self.store)
         results = ResultStore(self.store, agent.tool_result_max_chars)
         self.media.results = results  # long documents are kept where tool results are
         memory = memory_tools(memories) if agent.memory else []
-        hold = agent.run_timeout_seconds + llm.timeout_seconds * (llm.max_retries + 1) + 60
+        call = llm.timeout_seconds * (llm.max_retries + 1) * (len(llm.fallback) + 1)  # the chain
+        hold = agent.run_timeout_seconds + call + 60
         budgets = Budgets(
             self.store, self.settings.budgets, hold_seconds=hold, instance=self.instance
         )
@@ -286,9 +313,10 @@ class App:
         )
         summarizer = Summarizer(
             provider,
-            self.settings.llm.fast_model,
+            llm.auxiliary,
             max_tokens=agent.summary_max_tokens,
             timeout=agent.summary_timeout_seconds,
+            fallback=llm.fallback,
         )
         flush = None
         if agent.memory and agent.memory_flush:

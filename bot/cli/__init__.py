@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bot import __version__
-from bot.cli import admin, chat, db, jobs, mcp, personas, run, trace
+from bot.cli import admin, chat, db, jobs, mcp, models, personas, run, trace
 from bot.errors import BotError, ConfigError, StartupError
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("switchboard.cli")
 
-GROUPS = (run, chat, db, trace, personas, admin, jobs, mcp)
+GROUPS = (run, chat, db, trace, personas, admin, jobs, mcp, models)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # --version and --help end here
     import asyncio
+    import os
 
     from bot.config import Secrets, load_settings
     from bot.logs import setup_logging
@@ -82,7 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"switchboard: cannot open the log file: {exc}", file=sys.stderr)
         return 2
-    hidden = [*secrets.values(), *settings.mcp.secret_values()]  # MCP servers' ${VAR}s too
+    hidden = [  # MCP servers' ${VAR}s and the model providers' keys too
+        *secrets.values(),
+        *settings.mcp.secret_values(),
+        *settings.llm.secret_values(os.environ),
+    ]
     setup_logging(level, settings.logging.format, hidden, stream=log_file)
     func: Command = args.func
     try:

@@ -19,13 +19,22 @@ from pydantic import (
     ConfigDict,
     SecretStr,
     ValidationError,
+    model_validator,
 )
 
+from bot.config.llm import (
+    BUILTIN_PROVIDER,
+    DEFAULT_PRICES,
+    LLMSettings,
+    Price,
+    ProviderSettings,
+    plain_model,
+    split_model,
+)
 from bot.config.mcp import McpServerSettings, McpSettings
 from bot.config.media import MediaSettings, TranscriptionSettings
 from bot.config.sections import (
     DEFAULT_MODEL_LIMITS,
-    DEFAULT_PRICES,
     PACKAGE_ROOT,
     AdminSettings,
     AgentSettings,
@@ -34,11 +43,9 @@ from bot.config.sections import (
     DatabaseSettings,
     DiscordSettings,
     InboxSettings,
-    LLMSettings,
     LoggingSettings,
     ModelLimits,
     PersonaSettings,
-    Price,
     RoleCounts,
     RoleMinutes,
     SchedulerSettings,
@@ -54,6 +61,7 @@ from bot.config.web import WebSearchSettings, WebSettings
 from bot.errors import ConfigError
 
 __all__ = [  # the section models are re-exported: bot.config is their public path
+    "BUILTIN_PROVIDER",
     "DEFAULT_CONFIG_PATH",
     "DEFAULT_MODEL_LIMITS",
     "DEFAULT_PRICES",
@@ -75,6 +83,7 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "ModelLimits",
     "PersonaSettings",
     "Price",
+    "ProviderSettings",
     "RoleCounts",
     "RoleMinutes",
     "SchedulerSettings",
@@ -91,6 +100,8 @@ __all__ = [  # the section models are re-exported: bot.config is their public pa
     "WebSearchSettings",
     "WebSettings",
     "load_settings",
+    "plain_model",
+    "split_model",
 ]
 
 DEFAULT_CONFIG_PATH = Path("config.toml")
@@ -116,6 +127,17 @@ class Settings(Section):
     web: WebSettings = WebSettings()
     mcp: McpSettings = McpSettings()
     media: MediaSettings = MediaSettings()
+
+    @model_validator(mode="after")
+    def _economy_provider(self) -> Settings:
+        if self.budgets.economy_model:
+            self.llm.check_model(self.budgets.economy_model, "budgets.economy_model")
+        return self
+
+    def configured_models(self) -> list[str]:
+        """Every model named in config ([llm] and the economy model)."""
+        economy = self.budgets.economy_model
+        return self.llm.configured_models([economy] if economy else [])
 
     def require_mention(self, platform: str) -> bool:
         section = getattr(self, platform, None)

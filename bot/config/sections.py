@@ -59,53 +59,6 @@ class DatabaseSettings(Section):
         return url
 
 
-class Price(Section):
-    """USD per million tokens. Cache writes cost 1.25x and reads 0.1x of `input`
-    unless given explicitly."""
-
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_write: float | None = Field(default=None, ge=0)
-    cache_read: float | None = Field(default=None, ge=0)
-
-
-DEFAULT_PRICES: dict[str, Price] = {
-    "claude-opus-5-5": Price(input=5.0, output=25.0),
-    "claude-sonnet-5-5": Price(input=3.0, output=15.0),
-    "claude-haiku-5-5": Price(input=1.0, output=5.0),
-}
-
-
-class LLMSettings(Section):
-    model: str = "claude-sonnet-5-5"
-    fast_model: str = "claude-haiku-5-5"
-    base_url: str | None = None
-    max_iterations: int = Field(default=10, ge=1, le=100)
-    max_tokens: int = Field(default=4096, ge=1)
-    timeout_seconds: float = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=2, ge=0, le=10)
-    history_turns: int = Field(default=20, ge=1)
-    tool_timeout_seconds: float = Field(default=60.0, gt=0)
-    max_in_flight: int = Field(default=1000, ge=1)
-    """LLM calls in flight at once, over all conversations (more wait, oldest
-    message first); also the size of the HTTP connection pool to the API."""
-    prices: dict[str, Price] = Field(default_factory=lambda: dict(DEFAULT_PRICES))
-
-    @field_validator("base_url")
-    @classmethod
-    def _empty_is_none(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            return None
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value
-
-    @field_validator("prices")
-    @classmethod
-    def _merge_defaults(cls, value: dict[str, Price]) -> dict[str, Price]:
-        return {**DEFAULT_PRICES, **value}
-
-
 class ModelLimits(Section):
     """What the agent must know about a model to manage its context."""
 
@@ -185,6 +138,16 @@ class BudgetSettings(Section):
     """One run may spend at most this share of a limited monthly allowance."""
     run_max_tokens: int | None = Field(default=500_000, ge=1000)
     """And at most this many tokens, limited or not (None: no fixed cap)."""
+    economy_model: str | None = None
+    """A user whose remaining share of a limited allowance is below
+    `economy_below` is answered by this model instead (`/usage` says so);
+    unset: no economy model."""
+    economy_below: float = Field(default=0.1, gt=0, lt=1)
+
+    @field_validator("economy_model")
+    @classmethod
+    def _empty_model(cls, value: str | None) -> str | None:
+        return value if value and value.strip() else None
 
     def for_role(self, role: Role) -> int | None:
         value: int | None = getattr(self, role.value)

@@ -1,7 +1,8 @@
 """The Anthropic Messages API behind the `Provider` protocol.
 
 This module (with `bot.llm.anthropic_search`, the server-side web search's
-blocks) is the only code in the project that imports `anthropic`. It maps the
+blocks, and `bot.llm.anthropic_errors`, its failures as ours) is the only
+code in the project that imports `anthropic`. It maps the
 neutral types of `bot.llm.types` to API parameters (placing prompt-cache
 breakpoints), always streams (`client.messages.stream`), and turns every SDK
 failure into a `bot.errors.ProviderError` subclass built only from the status
@@ -20,9 +21,7 @@ Notes on the SDK (2.x):
 
 from __future__ import annotations
 
-import email.utils
 import logging
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,17 +43,13 @@ from anthropic.types import (
 )
 
 from bot.errors import (
-    ContextWindowExceeded,
-    ModelNotFound,
-    Overloaded,
     ProviderAuthError,
     ProviderBadRequest,
     ProviderEndpoint,
     ProviderError,
-    ProviderRateLimited,
     ProviderUnavailable,
-    ProviderUnreachable,
 )
+from bot.llm.anthropic_errors import map_error
 from bot.llm.anthropic_search import (
     citation_params,
     citations_of,
@@ -81,6 +76,7 @@ from bot.llm.types import (
     ToolSpec,
     ToolUseBlock,
 )
+from bot.tls import client_context
 from bot.types import Usage
 
 log = logging.getLogger("switchboard.llm")
@@ -107,10 +103,6 @@ _EPHEMERAL: CacheControlEphemeralParam = {"type": "ephemeral"}
 _ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
 _IMAGE_MEDIA_TYPES: frozenset[str] = frozenset(
     ("image/jpeg", "image/png", "image/gif", "image/webp")
-)
-_CONTEXT_TOO_LONG = re.compile(
-    r"prompt is too long|context (window|limit|length)|too many (input )?tokens",
-    re.IGNORECASE,
 )
 
 
@@ -159,7 +151,8 @@ class AnthropicProvider:
         if http_client is None:
             size = DEFAULT_POOL if max_connections is None else max_connections
             http_client = anthropic.DefaultAioHttpClient(
-                limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size)
+                limits=httpx2.Limits(max_connections=size, max_keepalive_connections=size),
+                verify=client_context(),  # the process's one: loading CAs is slow
             )
         try:
             if base_url is None:
@@ -455,75 +448,3 @@ def _to_response(message: anthropic.types.Message) -> LLMResponse:
         ),
         model=str(message.model),
     )
-
-
-# --- error mapping -----------------------------------------------------------
-
-
-def map_error(exc: anthropic.APIError) -> ProviderError:
-    """Translate an SDK error into our tree. Messages hold no request data."""
-    if isinstance(exc, anthropic.APITimeoutError):
-        return ProviderUnavailable("Anthropic API request timed out")
-    if isinstance(exc, anthropic.APIConnectionError):
-        return ProviderUnreachable("could not connect to the Anthropic API")
-    if not isinstance(exc, anthropic.APIStatusError):
-        return ProviderError(f"unexpected response from the Anthropic API ({type(exc).__name__})")
-
-    # An `error` event inside a 200 stream keeps the stream's status: trust the type.
-    status = exc.status_code if exc.status_code >= 400 else None
-    etype = str(exc.type) if exc.type else None
-    api_message = exc.api_message or ""
-    msg = f"Anthropic API error {status or 'in stream'} {etype or 'unknown_error'}"
-    if api_message:
-        msg += f": {api_message}"
-    if exc.request_id:
-        msg += f" (request_id={exc.request_id})"
-
-    error = _classify(status, etype, api_message, msg, exc.response.headers)
-    error.status = status
-    return error
-
-
-def _classify(
-    status: int | None, etype: str | None, api_message: str, msg: str, headers: Mapping[str, str]
-) -> ProviderError:
-    if status == 429 or etype == "rate_limit_error":
-        return ProviderRateLimited(msg, retry_after(headers))
-    if status == 529 or etype == "overloaded_error":
-        return Overloaded(msg, retry_after(headers))
-    if status in (401, 402, 403) or etype in (
-        "authentication_error",
-        "permission_error",
-        "billing_error",
-    ):
-        return ProviderAuthError(msg)
-    if status == 400 or etype == "invalid_request_error":
-        if _CONTEXT_TOO_LONG.search(api_message):
-            return ContextWindowExceeded(msg)
-        return ProviderBadRequest(msg)
-    if etype == "not_found_error" and "model" in api_message.lower():
-        return ModelNotFound(msg)  # the API's words: "model: claude-…"
-    if status in (404, 413, 422) or etype in ("not_found_error", "request_too_large"):
-        return ProviderBadRequest(msg)
-    if status in (408, 504) or (status or 0) >= 500 or etype in ("api_error", "timeout_error"):
-        return ProviderUnavailable(msg)
-    return ProviderError(msg)
-
-
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after``; None if absent."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) * scale)
-        except ValueError:
-            pass
-        if name == "retry-after":
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                return None
-            return max(0.0, when.timestamp() - time.time())
-    return None

@@ -10,7 +10,8 @@ variables, never their values: no key, no password in a URL.
 
 Providers raise `bot.errors.ProviderError` subclasses carrying `endpoint` (the
 URL and the names of the settings behind it), `model` and `status`; `explain`
-turns one into the reply.
+turns one into the reply. When a whole fallback chain failed (`tried`), the
+reply says so.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def explain(exc: ProviderError, model_origin: str | None = None) -> str:
     """The reply for a run that failed with `exc`. `model_origin` says where the
     run's model is configured (`[llm] model`, a persona's file, ...)."""
     where = exc.endpoint or UNKNOWN_ENDPOINT
+    if exc.tried:  # a fallback chain (`bot.llm.router`), all of it failed
+        return (
+            "Sorry, none of the configured models could answer just now (each was "
+            f"overloaded, failing or out of reach). {TRY_AGAIN}"
+        )
     if isinstance(exc, ProviderAuthError):
         variable = f"the environment variable {where.key_env}"
         return f"{SORRY}: {_refusal(exc.status)}. {OPERATOR} check {variable}."

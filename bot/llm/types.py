@@ -16,6 +16,27 @@ TextCallback = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
+class Fallback:
+    """A model of a call's chain failed and the call goes on to the next
+    (`bot.llm.router`): what failed, why ("overloaded", "unavailable",
+    "timeout", "rate_limited"), and when the failed attempt began and how
+    long it took (its span)."""
+
+    from_model: str
+    to_model: str
+    reason: str
+    error: str
+    started_at: float
+    """`time.time()` when the failed attempt began."""
+    duration_ms: int
+
+
+FallbackCallback = Callable[[Fallback], Awaitable[None]]
+"""Called before the next model of the chain is asked: the text streamed so
+far (if any) is to be dropped, the new model's text replaces it."""
+
+
+@dataclass(frozen=True, slots=True)
 class Citation:
     """Where a piece of the model's text comes from: a page its server-side
     search found. `ref` is the provider's own reference to the passage
@@ -179,6 +200,10 @@ class LLMRequest:
     """How many of `tools`, from the first, are the same in every run (the
     cached prefix); those after them (found by `tool_search` during this run)
     come after the tools' cache breakpoint. None: all of them."""
+    fallback: tuple[str, ...] = ()
+    """Models to try in turn when `model`'s provider fails in a way that
+    passes (`bot.llm.router`)."""
+    on_fallback: FallbackCallback | None = field(default=None, compare=False, repr=False)
 
 
 StopReason = Literal[

@@ -152,7 +152,8 @@ class Compactor:
             spans += await self._flush.run(
                 viewed_messages(rows, Viewer(user.id)),
                 ctx,
-                model=self._settings.llm.fast_model,
+                model=self._settings.llm.auxiliary,
+                fallback=tuple(self._settings.llm.fallback),
                 platform=conversation.platform,
                 chat_type=chat_type,
                 user_name=user.display_name or user.platform_user_id,

@@ -13,6 +13,10 @@ acknowledged, and every state change after that is a change of that row.
 Claims are single atomic statements (`UPDATE … WHERE … RETURNING`, a unique
 constraint); PostgreSQL also skips rows another instance is claiming
 (`FOR UPDATE SKIP LOCKED`).
+
+Over 500 lines: the inbox row's states and their claims are one state machine,
+and each transition's rule (order per conversation, leases, takeovers) reads
+against the others.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from bot.accounts.budgets import BudgetStatus
+from bot.accounts.economy import economy_model, share_left
 from bot.accounts.holds import BudgetRefused, HoldOwner
 from bot.accounts.identity import UserRecord
 from bot.agent.events import RunEvents
@@ -123,6 +124,17 @@ class Runner:
         )
         persona = s.personas.resolve(first.platform, first.platform_server_id, history.persona_name)
         model = persona.model or (llm.fast_model if first.source == "scheduler" else llm.model)
+        if isinstance(budget, BudgetStatus) and (
+            economy := economy_model(s.budgets.settings, budget)
+        ):
+            log.info(
+                "run.economy user=%s model=%s share_left=%.3f (instead of %s)",
+                user.id,
+                economy,
+                share_left(budget) or 0.0,
+                model,
+            )
+            model = economy
         run = _Run(claim_run_id(), user, conversation, persona, model, first)
         # The run's lines carry its id; it is the message's own unless another
         # run took that one (`bot.logs.claim_run_id`).
@@ -394,6 +406,7 @@ class Runner:
             inbox=inbox if first.source == "user" else None,
             meter=meter,
             found=search.take_found if search is not None else None,
+            fallback=persona.fallback if persona.fallback is not None else tuple(llm.fallback),
         )
 
     # -- after the loop -----------------------------------------------------
@@ -426,8 +439,9 @@ class Runner:
                 kind,
                 exc,
             )
-            notice = explain(exc, _model_origin(run) if exc.model == run.model else None)
-            return _Result("failed", error=f"{kind}: {exc}", notice=notice)
+            origin = _model_origin(run) if exc.model == run.model else None
+            tried = f" (tried {', '.join(exc.tried)})" if exc.tried else ""
+            return _Result("failed", error=f"{kind}: {exc}{tried}", notice=explain(exc, origin))
         if exc is not None:
             log.error("run.crashed run=%s", run_id, exc_info=exc)
             return _Result(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,7 +36,7 @@ from tests.fakes.slack import BOT_USER_ID, FakeSlack, event_body
 from tests.pipeline.test_crash_recovery import dm_event, replies_in, wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 USED_UP = "tokens this month; the allowance resets on"
 
@@ -163,20 +164,24 @@ async def test_a_budget_set_with_the_cli_counts_from_the_next_llm_call_of_a_run_
     joined it: a budget set with the CLI while the first call went on
     counts there (that call is not made; the user is told)."""
     async with running(database, tmp_path) as it:
+        slow_call = threading.Event()  # answered once the budget is set
 
         def slow_first(body: dict[str, Any]) -> MessageReply:
             said = last_user_text(body)
-            return text_reply(f"re: {said}", delay=4.0 if said == "slow" else 0.0)
+            return text_reply(f"re: {said}", hold=slow_call if said == "slow" else None)
 
         it.model.responder = slow_first
         assert await it.chat.say("hello") == "re: hello"
         answering = asyncio.create_task(it.chat.say("slow"))
-        await wait_for(lambda: it.model.request_count == 2, "the slow call", it.service)
-        it.chat.said += 1
-        joining = dm_event("D1", "U1", "and this", f"1700000001.{it.chat.said:06d}")
-        await it.chat.sender.deliver(joining)  # the run takes it after the slow call
-        await admin(database, "budget", "set", "slack:U1", "1")
-        assert not answering.done(), "the CLI took longer than the slow call's 4 s"
+        try:
+            await wait_for(lambda: it.model.request_count == 2, "the slow call", it.service)
+            it.chat.said += 1
+            joining = dm_event("D1", "U1", "and this", f"1700000001.{it.chat.said:06d}")
+            await it.chat.sender.deliver(joining)  # the run takes it after the slow call
+            await admin(database, "budget", "set", "slack:U1", "1")
+            assert not answering.done()
+        finally:
+            slow_call.set()
         assert USED_UP in await answering
         assert it.model.request_count == 2  # the next call was not made
         await asyncio.sleep(1.0)
@@ -213,19 +218,23 @@ async def test_a_budget_set_with_the_cli_counts_for_a_message_that_waited_for_it
     writes too, is kept out of the way.)"""
     async with running(database, tmp_path, SWITCHBOARD__INBOX__SWEEP_SECONDS="600") as it:
         slack, sender = it.chat.slack, it.chat.sender
+        slow_call = threading.Event()  # answered once the budget is set
 
         def slow_for_ann(body: dict[str, Any]) -> MessageReply:
             said = last_user_text(body)  # "[U1] slow": who said it, in a channel
-            return text_reply(f"re: {said}", delay=4.0 if said.endswith(" slow") else 0.0)
+            return text_reply(f"re: {said}", hold=slow_call if said.endswith(" slow") else None)
 
         it.model.responder = slow_for_ann
         await sender.deliver(in_thread("U2", "hello", "1700000002.000001"))
         await wait_for(lambda: len(replies_in(slack, "C1")) == 1, "bob's hello", it.service)
-        await sender.deliver(in_thread("U1", "slow", "1700000002.000002"))
-        await wait_for(lambda: it.model.request_count == 2, "ann's slow call", it.service)
-        await sender.deliver(in_thread("U2", "and me", "1700000002.000003"))  # waits
-        await admin(database, "budget", "set", "slack:U2", "1")
-        assert len(replies_in(slack, "C1")) == 1, "the CLI took longer than the slow call's 4 s"
+        try:
+            await sender.deliver(in_thread("U1", "slow", "1700000002.000002"))
+            await wait_for(lambda: it.model.request_count == 2, "ann's slow call", it.service)
+            await sender.deliver(in_thread("U2", "and me", "1700000002.000003"))  # waits
+            await admin(database, "budget", "set", "slack:U2", "1")
+            assert len(replies_in(slack, "C1")) == 1
+        finally:
+            slow_call.set()
         await wait_for(lambda: len(replies_in(slack, "C1")) == 3, "both answers", it.service)
         assert replies_in(slack, "C1")[1] == "re: [U1] slow"
         assert USED_UP in replies_in(slack, "C1")[2]
@@ -263,13 +272,39 @@ async def job_outcome(database: Database) -> str | None:
     return (await the_job(database)).last_status
 
 
+async def pass_its_time(database: Database, job: ScheduledJob) -> None:
+    """A paused one-time wakeup's time passes (as the clock would, an hour on)."""
+    assert job.state == "paused", job
+    store = database.store()
+    try:
+        async with store.write() as session:
+            row = await session.get(ScheduledJob, job.id)
+            assert row is not None
+            passed = utcnow() - timedelta(seconds=1)
+            row.trigger_expr, row.next_run_at = passed.isoformat(), passed
+            row.anchor_at = min(row.anchor_at, passed - timedelta(seconds=1))
+            session.add(row)
+    finally:
+        await store.dispose()
+
+
+async def due_now(database: Database) -> None:
+    """The only job, a one-time wakeup an hour away, comes due: paused with the
+    CLI, its time passes, resumed with the CLI (it runs at once)."""
+    job = await the_job(database)
+    await switchboard(database, "jobs", "pause", str(job.id))
+    await pass_its_time(database, await the_job(database))
+    await switchboard(database, "jobs", "resume", str(job.id))
+
+
 async def test_a_job_resumed_with_the_cli_fires_without_waiting_for_the_scheduler_sync(
     database: Database, tmp_path: Path
 ) -> None:
     """A one-time wakeup paused with the CLI past its time, then resumed, runs
     at once: the service syncs its schedule when it sees the change (SQLite:
     within the recovery sweep's few seconds; PostgreSQL: the notice), not
-    after `sync_seconds` (here longer than the test)."""
+    after `sync_seconds` (here longer than the test). (An hour away when
+    paused, so no clock races the CLI; its time passes while paused.)"""
     async with running(
         database,
         tmp_path,
@@ -277,13 +312,12 @@ async def test_a_job_resumed_with_the_cli_fires_without_waiting_for_the_schedule
         SWITCHBOARD__SCHEDULER__SYNC_SECONDS="600",
     ) as it:
         it.model.responder = with_tools
-        assert await it.chat.say("wake me in 8 seconds") == "noted"
+        assert await it.chat.say("wake me in 1 hour") == "noted"
         job = await the_job(database)
         await switchboard(database, "jobs", "pause", str(job.id))
-        assert await job_outcome(database) is None, "the CLI took longer than the job's 8 s"
+        assert await job_outcome(database) is None
         assert job.next_run_at is not None
-        past_due = job.next_run_at + timedelta(seconds=1) - utcnow()
-        await asyncio.sleep(max(past_due.total_seconds(), 0))  # its time passes, paused
+        await pass_its_time(database, await the_job(database))  # its time passes, paused
         calls = it.model.request_count
         await switchboard(database, "jobs", "resume", str(job.id))  # due: it runs at once
         await wait_for(lambda: it.model.request_count > calls, "the wakeup", it.service, 30)
@@ -295,14 +329,16 @@ async def test_a_budget_set_with_the_cli_counts_from_the_next_wakeup(
     database: Database, tmp_path: Path
 ) -> None:
     """A wakeup is its owner's next message: the budget set with the CLI
-    after the owner's last message counts there too (no LLM call)."""
+    after the owner's last message counts there too (no LLM call). (The
+    wakeup is an hour away, then comes due: no clock races the CLI.)"""
     async with running(database, tmp_path, SWITCHBOARD__SCHEDULER__MAX_JOBS__GUEST="5") as it:
         it.model.responder = with_tools
         assert await it.chat.say("hello") == "re: hello"
-        assert await it.chat.say("wake me in 6 seconds") == "noted"  # the limit: cached here
+        assert await it.chat.say("wake me in 1 hour") == "noted"  # the limit: cached here
         await admin(database, "budget", "set", "slack:U1", "1")
-        assert await job_outcome(database) is None, "the CLI took longer than the wakeup's 6 s"
+        assert await job_outcome(database) is None
         calls = it.model.request_count
+        await due_now(database)
         for _ in range(300):
             if await job_outcome(database) is not None:
                 break

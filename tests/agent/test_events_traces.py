@@ -120,6 +120,7 @@ async def test_retries_and_failures_are_published(make_app, fake_anthropic):
     assert failed.type == "run.failed" and "Overloaded" in failed.data["error"]
 
 
+@pytest.mark.e2e  # `switchboard trace` prints them
 async def test_spans_are_stored_and_printed(make_app, fake_anthropic, database: Database):
     async def broken(tool: ProbeTool, args: Mapping[str, Any]) -> str:
         raise ValueError("no such file")

@@ -14,12 +14,17 @@ characters / 4). Each turn: a question, a `search` tool call (results of
 - naive: every message ever sent, whole tool results, no compaction; shown with
   the same cache breakpoints, and priced as if nothing were cached.
 
+The auxiliary model: the managed run again with its compaction summaries and
+memory flushes on the conversation's model (`auxiliary_model =
+"claude-sonnet-5-5"`) against the cheap auxiliary model (`claude-haiku-5-5`,
+the default `fast_model`): the cost of the same 200 turns either way.
+
 Then the cost of MCP tools: the input tokens of a fresh "hi" with 0, 10 and
 200 MCP tools configured (the toolbox test server over stdio; up to `[mcp]
 inline_max_tools` = 20 sent inline, beyond that only `tool_search`), and 200
 forced inline for comparison.
 
-    python -m tests.benchmarks.context [--turns 200] [--mcp-only]
+    python -m tests.benchmarks.context [--turns 200] [--mcp-only] [--auxiliary-only]
 """
 
 from __future__ import annotations
@@ -79,16 +84,24 @@ class Figures:
     """Summaries and memory flushes."""
     cost: float
     cost_uncached: float
+    internal_cost: float = 0.0
+    """What the summaries and memory flushes cost."""
 
 
-async def run(turns: int, agent: dict[str, Any], history_turns: int) -> Figures:
+async def run(
+    turns: int, agent: dict[str, Any], history_turns: int, llm: dict[str, Any] | None = None
+) -> Figures:
     with tempfile.TemporaryDirectory() as tmp:
         async with FakeAnthropic(api_key=KEY, simulate_cache=True) as fake:
             fake.responder = ScriptedModel()
             settings = Settings.model_validate(
                 {
                     "database": {"url": f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"},
-                    "llm": {"base_url": fake.base_url, "history_turns": history_turns},
+                    "llm": {
+                        "base_url": fake.base_url,
+                        "history_turns": history_turns,
+                        **(llm or {}),
+                    },
                     "agent": agent,
                     "budgets": {"guest": "unlimited"},
                     "logging": {"level": "WARNING"},
@@ -116,7 +129,7 @@ async def run(turns: int, agent: dict[str, Any], history_turns: int) -> Figures:
     prices = settings.llm.prices
     by_run: dict[str, int] = defaultdict(int)
     chat, internal = Usage(), Usage()
-    cost = uncached = 0.0
+    cost = uncached = internal_cost = 0.0
     for log in logs:
         usage = Usage(
             log.input_tokens, log.output_tokens, log.cache_read_tokens, log.cache_write_tokens
@@ -132,7 +145,8 @@ async def run(turns: int, agent: dict[str, Any], history_turns: int) -> Figures:
             by_run[log.run_id or ""] += flat.input_tokens
         else:
             internal = internal + usage
-    return Figures(list(by_run.values()), chat, internal, cost, uncached)
+            internal_cost += estimate_cost(log.model, usage, prices)
+    return Figures(list(by_run.values()), chat, internal, cost, uncached, internal_cost)
 
 
 def prompt(usage: Usage) -> int:
@@ -240,20 +254,40 @@ async def mcp_report() -> None:
         print(f"  {label:<34}{counted:>10,}{estimate:>10,}   ({sent} tool definitions sent)")
 
 
-async def main_async(turns: int, mcp_only: bool = False) -> None:
-    if not mcp_only:
+def auxiliary_report(turns: int, on_chat: Figures, on_auxiliary: Figures) -> None:
+    print(f"auxiliary model: {turns} turns, summaries and memory flushes on … (USD, estimated)")
+    print(f"  {'':<34}{'conversation model':>20}{'auxiliary model':>18}")
+    for label, a, b in (
+        ("summaries + flushes", on_chat.internal_cost, on_auxiliary.internal_cost),
+        ("whole conversation", on_chat.cost, on_auxiliary.cost),
+    ):
+        print(f"  {label:<34}{a:>20.4f}{b:>18.4f}")
+    saved = 1 - on_auxiliary.cost / max(on_chat.cost, 1e-9)
+    print(f"  the auxiliary model saves {saved:.1%} of the conversation's cost")
+
+
+async def main_async(turns: int, mcp_only: bool = False, auxiliary_only: bool = False) -> None:
+    if not mcp_only and not auxiliary_only:
         managed = await run(turns, {}, history_turns=20)
         naive = await run(turns, NAIVE, history_turns=10**6)
         report(turns, managed, naive)
-    await mcp_report()
+    if not mcp_only:
+        on_chat = await run(turns, {}, 20, {"auxiliary_model": "claude-sonnet-5-5"})
+        on_auxiliary = await run(turns, {}, 20, {"auxiliary_model": "claude-haiku-5-5"})
+        auxiliary_report(turns, on_chat, on_auxiliary)
+    if not auxiliary_only:
+        await mcp_report()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--mcp-only", action="store_true", help="only the MCP tools' figures")
+    parser.add_argument(
+        "--auxiliary-only", action="store_true", help="only the auxiliary model's figures"
+    )
     args = parser.parse_args()
-    asyncio.run(main_async(args.turns, args.mcp_only))
+    asyncio.run(main_async(args.turns, args.mcp_only, args.auxiliary_only))
 
 
 if __name__ == "__main__":

@@ -180,7 +180,8 @@ class Rig:
             SWITCHBOARD__INBOX__SWEEP_SECONDS="5",
             MINIMAL_BOT_DB=str(self.tmp / "minimal.db"),
         )
-        return Service(env, self.tmp, port, module=module)
+        ready = "/readyz" if module == "bot" else "/healthz"  # the minimal bot: no /readyz
+        return Service(env, self.tmp, port, module=module, ready_path=ready)
 
 
 @contextlib.asynccontextmanager

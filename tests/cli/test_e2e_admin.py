@@ -11,10 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_e2e_chat import run_cli
 from tests.conftest import TEST_API_KEY
 from tests.fakes.anthropic import FakeAnthropic, FakeUsage, text_reply, tool_call, tool_use_reply
 from tests.paths import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
 
 ROOT = REPO_ROOT
 
@@ -102,7 +106,7 @@ def test_jobs_list_pause_resume_remove(fake_anthropic_thread: FakeAnthropic, tmp
     assert "jobs pause   ok  target=job #1" in ok(["admin", "audit"], db)
 
 
-def read_until(proc: subprocess.Popen[str], needle: str, deadline_s: float = 60) -> list[str]:
+def read_until(proc: subprocess.Popen[str], needle: str, deadline_s: float = 300) -> list[str]:
     """Lines of stdout up to the one containing `needle` (fails after the deadline:
     a guard against hanging, not a timing assertion)."""
     assert proc.stdout is not None
@@ -156,7 +160,7 @@ def test_a_wakeup_scheduled_in_the_chat_is_printed_there(
         proc.stdin.flush()
         assert read_until(proc, "Time to stretch!") == ["Reminder set.", "Time to stretch!"]
         proc.stdin.close()
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=300) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -15,6 +15,8 @@ from tests.conftest import TEST_API_KEY
 from tests.fakes.anthropic import FakeAnthropic, FakeUsage, auth_error, text_reply
 from tests.paths import REPO_ROOT
 
+pytestmark = pytest.mark.e2e
+
 ROOT = REPO_ROOT
 
 
@@ -42,7 +44,7 @@ def run_cli(
         text=True,
         env=child_env,
         cwd=ROOT,
-        timeout=60,
+        timeout=300,  # a hang guard: a start takes seconds, on a busy machine a minute
     )
 
 

@@ -14,9 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import pytest
+
 from tests.conftest import TEST_API_KEY
 from tests.fakes.anthropic import FakeAnthropic, FakeUsage, text_reply
 from tests.paths import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
 
 LONG = " ".join(f"word{i}" for i in range(200)) + " THE-END"
 

@@ -15,10 +15,14 @@ import termios
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_e2e_terminal import LONG, child_env
 from tests.fakes.anthropic import FakeAnthropic, text_reply, tool_use_reply
 from tests.paths import REPO_ROOT
 from tests.terminal import Terminal, garbled, is_log_line
+
+pytestmark = pytest.mark.e2e
 
 
 def chat_on_a_terminal(

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from bot.pipeline.intake import Inbox
 from bot.store import Store
 from bot.store.instances import Instances
 from bot.store.leases import Leases
 from bot.types import IncomingMessage
 from tests.cli.test_e2e_chat import run_cli
+
+pytestmark = pytest.mark.e2e
 
 
 def msg(text: str, event_id: str) -> IncomingMessage:

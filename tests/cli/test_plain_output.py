@@ -18,6 +18,8 @@ from bot.types import utcnow
 from tests.cli.seed import SeedRun, seed
 from tests.cli.test_e2e_chat import run_cli
 
+pytestmark = pytest.mark.e2e
+
 MARKDOWN = ("**", "`", "|", "- ", "__")
 
 

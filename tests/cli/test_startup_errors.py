@@ -26,6 +26,8 @@ from tests.fakes.telegram import TOKEN as TELEGRAM_TOKEN
 from tests.fakes.telegram import FakeTelegram
 from tests.paths import REPO_ROOT
 
+pytestmark = pytest.mark.e2e
+
 PG_PASSWORD = "pg-secret-never-shown"
 
 

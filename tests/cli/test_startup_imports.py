@@ -17,6 +17,8 @@ from tests.conftest import TEST_API_KEY
 from tests.fakes.anthropic import FakeAnthropic
 from tests.paths import REPO_ROOT
 
+pytestmark = pytest.mark.slow
+
 HEAVY = ("anthropic", "bot.app", "bot.store", "sqlalchemy", "pydantic", "aiohttp", "jinja2")
 """What `--version` and `--help` need none of (each is tenths of a second to import)."""
 

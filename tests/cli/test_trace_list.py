@@ -9,6 +9,8 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from bot.store.traces import recent_runs
 from tests.cli.seed import SeedRun, seed
 from tests.cli.test_e2e_chat import run_cli
@@ -52,6 +54,7 @@ def seeded(tmp_path: Path) -> Path:
     return db
 
 
+@pytest.mark.e2e
 def test_trace_list_newest_first_limited_and_filtered(tmp_path: Path) -> None:
     db = seeded(tmp_path)
     assert trace(["list"], db) == ALL
@@ -62,6 +65,7 @@ def test_trace_list_newest_first_limited_and_filtered(tmp_path: Path) -> None:
     assert trace(["list", "--user", "console:dave"], db) == ["no matching runs"]
 
 
+@pytest.mark.e2e
 def test_trace_list_empty_and_bad_arguments(tmp_path: Path) -> None:
     db = tmp_path / "db.sqlite"
     assert run_cli(["db", "upgrade"], db=db, api_key=None).returncode == 0

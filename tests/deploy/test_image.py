@@ -105,6 +105,7 @@ def _probe(command: list[str], port: int) -> int:
     ).returncode
 
 
+@pytest.mark.e2e
 async def test_the_healthcheck_passes_on_a_running_service_and_fails_once_it_stops(
     tmp_path: Path,
 ) -> None:

@@ -11,7 +11,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.paths import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
 
 PROJECT = ["pyproject.toml", "README.md", "bot", "adapters", "migrations", "personas"]
 

@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bot.config import InboxSettings
 from tests.deploy.files import unit
 from tests.paths import REPO_ROOT
+
+pytestmark = pytest.mark.e2e  # runs the installed `switchboard` script
 
 SWITCHBOARD = Path(sys.executable).parent / "switchboard"  # the installed console script
 

@@ -39,6 +39,8 @@ pydantic.BaseModel.model_rebuild = classmethod(recording)
 from bot.llm.types import ChatMessage, LLMRequest, TextBlock, ToolSpec
 from tests.fakes.anthropic import FakeAnthropic, text_reply, tool_use_reply
 
+pytestmark = pytest.mark.slow
+
 async def main(warm):
     if warm:
         from bot.app.service import import_provider

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_e2e_chat import run_cli
 from tests.mcp_servers import calls, stdio_config
 from tests.service_rig import free_port
+
+pytestmark = pytest.mark.e2e
 
 
 def config(tmp_path: Path, log: Path) -> dict[str, str]:

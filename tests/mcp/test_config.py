@@ -175,6 +175,7 @@ def test_an_unreadable_claude_style_file(tmp_path: Path):
     assert "cannot read" in found and "missing.json" in found
 
 
+@pytest.mark.e2e
 async def test_a_persona_that_does_not_exist_stops_the_start(tmp_path: Path):
     status, stderr = await run(
         tmp_path,
@@ -187,6 +188,7 @@ async def test_a_persona_that_does_not_exist_stops_the_start(tmp_path: Path):
     )
 
 
+@pytest.mark.e2e
 async def test_both_transports_stop_the_start(tmp_path: Path):
     status, stderr = await run(
         tmp_path,

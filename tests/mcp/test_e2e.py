@@ -31,7 +31,7 @@ from tests.pipeline.test_crash_recovery import dm_event, replies_in, wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
 from tests.web.scrape import readyz_until, scrape_until, value
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 ADMIN_TOKEN = "admin-token-never-shown-0123456789"
 
 

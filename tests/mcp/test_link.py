@@ -88,6 +88,7 @@ async def test_a_hung_call_times_out_and_is_cancelled_at_the_server(served: Any)
     assert link.connects == 1  # the session survived the timeout
 
 
+@pytest.mark.slow
 async def test_a_server_dying_mid_call_fails_the_call_then_comes_back(
     served: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -27,7 +27,7 @@ from tests.fakes.slack import FakeSlack
 from tests.pipeline.test_crash_recovery import dm_event, replies_in, wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 LIMITED = {
     "SWITCHBOARD__BUDGETS__GUEST": "5000",

@@ -31,7 +31,7 @@ from tests.fakes.anthropic import FakeAnthropic, last_user_text, text_reply
 from tests.fakes.slack import FakeSlack, event_body
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 NOT_STREAMED = {"SWITCHBOARD__STREAMING__SLACK__ENABLED": "false"}
 
 
@@ -180,15 +180,13 @@ async def test_a_wakeup_killed_mid_fire_runs_again_within_seconds(
         service.kill()
         await service.stop()
         first_call.set()
-        restarted = asyncio.get_running_loop().time()
         await service.start()
+        # Taken over when its lease (3 s here) expires, not an hour later: wait_for's bound.
         await wait_for(lambda: replies_in(slack, "D1") != [], "the wakeup's answer", service)
-        taken_over_after = asyncio.get_running_loop().time() - restarted
         await asyncio.sleep(1.5)
         await service.stop()
 
     assert replies_in(slack, "D1") == ["Good morning!"]
-    assert taken_over_after < 30  # the lease (3 s here), not an hour
     store = database.store()
     try:
         async with store.read() as s:

@@ -24,6 +24,7 @@ from tests.pipeline.test_crash_recovery import dm_event, replies_in, wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
 pytestmark = [
+    pytest.mark.e2e,
     pytest.mark.postgres,
     pytest.mark.skipif(not POSTGRES_URL, reason="SWITCHBOARD_TEST_POSTGRES_URL not set"),
     pytest.mark.timeout(300),

@@ -5,6 +5,7 @@ and nothing stored is lost along the way."""
 
 from __future__ import annotations
 
+import pytest
 from sqlmodel import col, func, select
 
 from bot.store.models import ConversationSummary, Message, Run, StoredToolResult
@@ -16,6 +17,7 @@ TURNS = 200
 WINDOW = 10_000
 
 
+@pytest.mark.slow
 async def test_two_hundred_turns_stay_valid_and_within_the_window(make_app, fake_anthropic):
     model = ScriptedModel()
     fake_anthropic.responder = model

@@ -23,7 +23,7 @@ from tests.media.fixtures import KEY_ENV, SAID, VOICE
 from tests.pipeline.test_crash_recovery import replies_in, wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
 async def test_sigkill_mid_transcription_answers_the_voice_message_once(

@@ -23,7 +23,7 @@ from tests.fakes.slack import FakeSlack, event_body
 from tests.paths import REPO_ROOT
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
 def mode(path: Path) -> int:

@@ -226,10 +226,10 @@ async def test_a_lost_listening_connection_listens_again_and_says_what_it_missed
     try:
         await coordination.listen(lambda kind, key: heard.append((kind, key)))
         async with elsewhere.write() as session:  # the database cuts the listener
-            listening = text(
+            listening = text(  # this test's schema's: other tests listen beside it (xdist)
                 "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
-                " AND pid <> pg_backend_pid()"
-            )
+                " AND pid <> pg_backend_pid() AND application_name = :mine"
+            ).bindparams(mine=f"switchboard:{pg.schema}")
             listeners = list((await session.exec(listening)).all())  # type: ignore[call-overload]
             assert len(listeners) == 1
             cut = text("SELECT pg_terminate_backend(:pid)").bindparams(pid=listeners[0][0])

@@ -131,6 +131,7 @@ CANCEL_MID_FETCH = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_cursor_closed_while_its_cancelled_statement_runs_does_not_crash(tmp_path: Path):
     """A statement whose wait is cancelled goes on on the worker thread; its
     cursor, closed meanwhile, is closed there, after it. Closed on the loop's

@@ -23,6 +23,7 @@ from tests.fakes.telegram import TOKEN, FakeTelegram
 from tests.fakes.telegram_updates import private
 from tests.pipeline.test_crash_recovery import wait_for
 from tests.service_rig import Service, free_port, service_env
+from tests.tiers import starts_the_service
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -186,6 +187,7 @@ CASES = [
 
 
 @pytest.fixture
+@starts_the_service
 async def service(tmp_path: Path) -> AsyncIterator[tuple[Service, FakeTelegram]]:
     db = Database("sqlite", tmp_path)
     async with FakeAnthropic(api_key=TEST_API_KEY) as model:

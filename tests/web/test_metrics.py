@@ -30,7 +30,7 @@ from tests.pipeline.test_crash_recovery import dm_event
 from tests.service_rig import Service, SlackSender, free_port, service_env
 from tests.web.scrape import Samples, label_values, readyz, scrape_until, value
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 DASHBOARD = REPO_ROOT / "deploy" / "grafana-dashboard.json"
 MODEL = "claude-sonnet-5-5"

@@ -17,7 +17,7 @@ from tests.fakes.telegram import TOKEN, FakeTelegram
 from tests.service_rig import Service, free_port, service_env
 from tests.web.scrape import readyz_until
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 
 async def test_readyz_names_telegram_when_its_polling_fails(tmp_path: Path) -> None:

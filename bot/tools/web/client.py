@@ -32,6 +32,7 @@ import httpcore2
 import httpx2
 
 from bot.errors import ToolFailed
+from bot.tls import client_context
 from bot.tools.web.guard import Guard, Refused, url_host
 
 log = logging.getLogger("switchboard.web")
@@ -91,7 +92,7 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
         self, guard: Guard, *, ssl_context: ssl.SSLContext | None = None, max_connections: int = 50
     ) -> None:
         self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=ssl_context or httpx2.create_ssl_context(trust_env=False),
+            ssl_context=ssl_context or client_context(trust_env=False),
             max_connections=max_connections,
             max_keepalive_connections=max_connections // 5 or 1,
             keepalive_expiry=30.0,

@@ -13,9 +13,13 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_e2e_terminal import LONG, child_env
 from tests.fakes.anthropic import FakeAnthropic, MessageReply, text_reply
 from tests.terminal import Terminal, garbled, is_log_line
+
+pytestmark = pytest.mark.e2e
 
 WORD = re.compile(r"word(\d+)")
 

@@ -174,13 +174,24 @@ async def test_slash_commands_are_acknowledged_before_they_run(started, slack):
     await adapter.idle()
 
 
-async def test_requests_before_start_are_refused_with_503(slack):
+async def test_requests_before_start_are_refused_with_503_unless_refused_anyway(slack):
+    """Slack delivers a 503'd request again; one that fails the signature or
+    the shape check is refused for good (401, 400), also before the start."""
     adapter = SlackAdapter(settings(slack), bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET)
     web = WebServer("127.0.0.1", 0)
     web.add_routes(adapter.routes())
     await web.start()
+    url = f"{web.url}/slack/events"
     try:
-        assert await post_event(f"{web.url}/slack/events", dm("too early")) == 503
+        assert await post_event(url, dm("too early")) == 503
+        unsigned = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, data=json.dumps(dm("who")), headers=unsigned) as r:
+                assert r.status == 401
+            raw = "[1, 2]"  # signed, but no Slack request
+            headers = {"Content-Type": "application/json", **signed_headers(raw)}
+            async with http.post(url, data=raw, headers=headers) as r:
+                assert r.status == 400
     finally:
         await web.stop()
 

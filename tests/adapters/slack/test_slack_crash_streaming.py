@@ -18,7 +18,7 @@ from tests.fakes.slack import FakeSlack, event_body
 from tests.pipeline.test_crash_recovery import wait_for
 from tests.service_rig import Service, SlackSender, free_port, service_env
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 ANSWER = "A streamed answer, **finished** before the kill. " * 4
 THREAD = "1700000001.000001"

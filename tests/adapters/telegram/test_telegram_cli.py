@@ -21,6 +21,8 @@ from tests.fakes.telegram import TOKEN, FakeTelegram, flood
 from tests.fakes.telegram_updates import private
 from tests.paths import REPO_ROOT
 
+pytestmark = pytest.mark.e2e
+
 ROOT = REPO_ROOT
 
 

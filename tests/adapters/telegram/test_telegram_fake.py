@@ -68,6 +68,7 @@ ATOMS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_every_rendered_chunk_is_valid_telegram_html():
     """The renderer against these rules, over hundreds of seeded random documents."""
     rng = random.Random(20261122)

@@ -21,6 +21,7 @@ from tests.pipeline.test_crash_recovery import wait_for
 from tests.service_rig import Service, free_port
 
 pytestmark = [
+    pytest.mark.e2e,
     pytest.mark.postgres,
     pytest.mark.skipif(not POSTGRES_URL, reason="SWITCHBOARD_TEST_POSTGRES_URL not set"),
     pytest.mark.timeout(240),

@@ -31,7 +31,7 @@ from tests.service_rig import Service, SlackSender, free_port, service_env
 from tests.tools.web.site import ARTICLE_MORE, BOILERPLATE, Site
 from tests.web.scrape import scrape_until, value
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 URL = re.compile(r"[a-z]+://\S+")
 

@@ -492,6 +492,15 @@ async def test_overview_counts_messages_tokens_cost_and_top_users(dash: Dashboar
     top = re.search(r'<table id="top-users">(.*?)</table>', body, re.S)
     assert top is not None
     assert top[1].index("Alice Anders") < top[1].index("Bob Berg")  # most tokens first
+    by_model = re.search(r'<table id="by-model">(.*?)</table>', body, re.S)
+    assert by_model is not None  # tokens and cost per model
+    for model in {x.model for x in logs}:
+        used = sum(
+            x.input_tokens + x.output_tokens + x.cache_read_tokens + x.cache_write_tokens
+            for x in logs
+            if x.model == model
+        )
+        assert f'<td>{model}</td><td class="num">{used:,}</td>' in by_model[1]
     assert body.count('<rect class="bar"') == 28  # 14 days × 2 charts
     assert "<script" not in body
     async with dash.http.get(dash.url + "/admin") as response:

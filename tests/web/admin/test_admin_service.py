@@ -16,7 +16,7 @@ from tests.web.admin.conftest import ADMIN_TOKEN
 from tests.web.admin.live import BEARER, MESSAGES, figure, live_service
 from tests.web.scrape import scrape, value
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 RUNS_FINISHED = "switchboard_run_duration_seconds_count"
 
 

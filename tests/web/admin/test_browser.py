@@ -51,6 +51,7 @@ def _missing() -> str | None:
 
 
 pytestmark = [
+    pytest.mark.e2e,
     pytest.mark.browser,
     pytest.mark.timeout(240),
     pytest.mark.skipif(_missing() is not None, reason=f"no browser: {_missing()}"),

@@ -1,6 +1,7 @@
 """The overview: messages and tokens per day (SVG charts), usage and cost this
-month with the top users, the inbox depth, recent delivery failures and the
-MCP servers with their state."""
+month with the top users and per model (as config names it: its provider
+too), the inbox depth, recent delivery failures and the MCP servers with
+their state."""
 
 from __future__ import annotations
 
