@@ -428,6 +428,8 @@ class Pipeline:
         them with the earlier ones (oldest first) when nobody does; wake it."""
         msgs = [t.payload.origin for t in [*batch.tickets, *batch.take_more()]]
         keys = [m.dedupe_key for m in msgs if m.dedupe_key]
+        for key_ in keys:  # no longer in hand: the sweep that takes them runs them
+            self._held.discard((msgs[0].platform, key_))
         await self.s.inbox.requeue(msgs[0].platform, [*keys, *(t.event_id for t in taken)])
         if held is not None:
             try:

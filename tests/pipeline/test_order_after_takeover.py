@@ -157,3 +157,33 @@ async def test_an_earlier_message_takes_its_place_ahead_in_the_line() -> None:
     arrivals.leave(older)
     await waiting
     arrivals.leave(newer)
+
+
+async def test_a_deferred_message_is_no_longer_in_hand(make_app, fake_anthropic) -> None:  # type: ignore[no-untyped-def]
+    """A deferred message goes back to the inbox; the sweep that takes it
+    runs it, even while the task that deferred it has not ended yet (the soak
+    found one skipped as "still in hand": leased to its instance, renewed,
+    never answered, and later messages ran before it)."""
+    fake_anthropic.responder = lambda body: text_reply(
+        "re: " + last_user_text(body).splitlines()[-1]
+    )
+    app = await make_app(budgets={"guest": "unlimited"})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    store = app.pipeline.s.store
+    dead = Inbox(store, "instance-that-died", 60)
+    assert await dead.accept(message("first", event_id="e1"))
+    # in this very task, which goes on after the message was deferred
+    assert (await app.pipeline.handle(message("second", event_id="e2"))).status == "queued"
+    assert not app.pipeline.working_on("console", "e2")
+    async with store.write() as session:  # the dead instance's lease ends
+        await session.exec(
+            update(InboxItem)
+            .where(col(InboxItem.event_id) == "e1")
+            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    housekeeper = app.housekeeper
+    housekeeper.platforms = ["console"]
+    assert (await housekeeper.sweep()).messages == 2
+    await housekeeper.wait_idle()
+    assert adapter.texts == ["re: second"]
