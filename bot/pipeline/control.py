@@ -3,7 +3,9 @@
 
 Every message for the agent becomes a `Ticket` submitted to its conversation's
 lane. The first ticket finding the lane free drives a run (`Batch`); tickets
-arriving while it goes on wait. The run takes those of the same group (same
+arriving while it goes on wait, in their messages' order (one taken over from
+a dead process goes before a newer one already waiting), and the first of them
+drives the next run. The run takes those of the same group (same
 user, replies delivered normally) into itself — after a tool step, or instead
 of an answer not yet sent (`Batch.take_more`, the loop's inbox) — so three
 quick lines get one run and one reply. Tickets it could not take (another
@@ -54,6 +56,9 @@ class Ticket:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     taken: bool = False
+    order: float = 0.0
+    """Its message's place in the conversation (when it was received): tickets
+    wait in this order, and the first waiting drives the next run."""
 
 
 @dataclass(eq=False)
@@ -119,10 +124,30 @@ class Batch:
 @dataclass(eq=False)
 class Lane:
     key: str = ""
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pending: list[Ticket] = field(default_factory=list)
+    """Waiting, in their messages' order (`Ticket.order`)."""
     active: Batch | None = None
+    driving: bool = False
     users: int = 0
+    changes: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def wait(self, ticket: Ticket) -> None:
+        """Queue `ticket` in its message's order (after those of the same order)."""
+        index = len(self.pending)
+        while index > 0 and self.pending[index - 1].order > ticket.order:
+            index -= 1
+        self.pending.insert(index, ticket)
+        self.changed()
+
+    def turn(self, ticket: Ticket) -> bool:
+        """`ticket` was taken into a run, or drives the next one: nothing runs
+        and it is the first waiting."""
+        return ticket.taken or (not self.driving and self.pending[:1] == [ticket])
+
+    def changed(self) -> None:
+        """Wake the tickets waiting for their turn (they look again)."""
+        self.changes.set()
+        self.changes = asyncio.Event()
 
 
 RunEnd = Literal["done", "stop", "timeout"]
@@ -147,11 +172,14 @@ class RunControl:
         if lane is None:
             lane = self._lanes[conversation_key] = Lane(conversation_key)
         lane.users += 1
-        lane.pending.append(ticket)
+        lane.wait(ticket)
         try:
-            async with lane.lock:
-                if ticket.taken:
-                    return await ticket.outcome
+            while not lane.turn(ticket):
+                await lane.changes.wait()
+            if ticket.taken:
+                return await ticket.outcome
+            lane.driving = True
+            try:
                 lane.pending.remove(ticket)
                 ticket.taken = True
                 batch = Batch(lane, [ticket])
@@ -179,9 +207,13 @@ class RunControl:
                     if not other.outcome.done():
                         other.outcome.set_result(merged)
                 return outcome
+            finally:
+                lane.driving = False
+                lane.changed()
         finally:
             if not ticket.taken and ticket in lane.pending:  # cancelled while waiting
                 lane.pending.remove(ticket)
+                lane.changed()
             lane.users -= 1
             if lane.users == 0 and self._lanes.get(conversation_key) is lane:
                 del self._lanes[conversation_key]

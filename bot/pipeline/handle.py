@@ -156,7 +156,7 @@ class Pipeline:
                 if on_accepted is not None:  # durably ours: the platform may forget it now
                     on_accepted()
                 self._hold(msg)
-                place = None if command else self._arrivals.arrive(msg.conversation_key)
+                place = None if command else self._arrive(msg)
                 with arrived(msg.received_at.timestamp()):
                     async with self._admission.slot():
                         return await self._process(msg, deliver, place)
@@ -166,16 +166,44 @@ class Pipeline:
                 if attempt is not None and (left := self._early.leftover(attempt)) is not None:
                     await asyncio.shield(self._hand_back(left))
 
-    async def resume(self, msg: IncomingMessage, *, deliver: bool = True) -> Outcome:
-        """Run a message taken over from the inbox (already claimed)."""
+    async def resume(
+        self, msg: IncomingMessage, *, deliver: bool = True, place: Place | None = None
+    ) -> Outcome:
+        """Run a message taken over from the inbox (already claimed); `place`:
+        its place in its conversation's line, when taken already."""
         self._hold(msg)
-        place = self._arrivals.arrive(msg.conversation_key)
+        if place is None:
+            place = self._arrive(msg)
         try:
             with arrived(msg.received_at.timestamp()):
                 async with self._tracked(), self._admission.slot():
                     return await self._process(msg, deliver, place)
         finally:
             self._arrivals.leave(place)
+
+    async def resume_in_order(self, msgs: Sequence[IncomingMessage]) -> None:
+        """Run messages taken over from the inbox, oldest first, as messages in
+        hand: each takes its place in its conversation's line now, so they
+        queue for their run in this order and the run may take the later ones
+        in (not one after another's answer: a message arriving meanwhile would
+        join the run going on and be answered before the ones still waiting)."""
+        places = [self._arrive(msg) for msg in msgs]
+        try:
+            results = await asyncio.gather(
+                *(self.resume(msg, place=place) for msg, place in zip(msgs, places, strict=True)),
+                return_exceptions=True,
+            )
+        finally:
+            for place in places:  # one that never started leaves its place too
+                self._arrivals.leave(place)
+        for msg, result in zip(msgs, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+            if isinstance(result, Exception):
+                log_failure(log, result, "inbox.resume_failed event_id=%s", msg.dedupe_key)
+
+    def _arrive(self, msg: IncomingMessage) -> Place:
+        return self._arrivals.arrive(msg.conversation_key, msg.received_at.timestamp())
 
     async def _hand_back(self, early: Early) -> None:
         """A lease taken early (at intake, or with a new account) that no run
@@ -248,7 +276,7 @@ class Pipeline:
                 outcome = await self.s.control.submit(
                     conversation.key,
                     f"{msg.platform}:{msg.platform_channel_id}",
-                    Ticket(item, group),
+                    Ticket(item, group, order=msg.received_at.timestamp()),
                     lambda batch: self._run(batch, user, conversation, deliver),
                 )
             if outcome.status == "failed" and outcome.run_id is None and not outcome.replies:
@@ -400,6 +428,8 @@ class Pipeline:
         them with the earlier ones (oldest first) when nobody does; wake it."""
         msgs = [t.payload.origin for t in [*batch.tickets, *batch.take_more()]]
         keys = [m.dedupe_key for m in msgs if m.dedupe_key]
+        for key_ in keys:  # no longer in hand: the sweep that takes them runs them
+            self._held.discard((msgs[0].platform, key_))
         await self.s.inbox.requeue(msgs[0].platform, [*keys, *(t.event_id for t in taken)])
         if held is not None:
             try:

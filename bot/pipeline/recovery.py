@@ -198,8 +198,8 @@ class Housekeeper:
                 self._spawn(self._close_drafts(item, msg))
             by_conversation.setdefault(item.conversation_key, []).append((item, msg))
             swept.messages += 1
-        for messages in by_conversation.values():
-            self._spawn(self._resume_in_order(messages))
+        for messages in by_conversation.values():  # they queue in order, together
+            self._spawn(self.pipeline.resume_in_order([msg for _, msg in messages]))
         for take_over in self.takeovers:
             try:
                 swept.fires += await take_over()
@@ -244,13 +244,6 @@ class Housekeeper:
             log.error("inbox.unreadable id=%s event_id=%s: %s", item.id, item.event_id, exc)
             self._spawn(self.inbox.finish(item.platform, [item.event_id], "failed", error=str(exc)))
             return None
-
-    async def _resume_in_order(self, messages: list[tuple[Taken, IncomingMessage]]) -> None:
-        for item, msg in messages:
-            try:
-                await self.pipeline.resume(msg, deliver=True)
-            except Exception as exc:
-                log_failure(log, exc, "inbox.resume_failed event_id=%s", item.event_id)
 
     async def _give_up(self, item: Taken, msg: IncomingMessage) -> None:
         log.warning(

@@ -6,21 +6,26 @@ while the earlier one waited for recovery).
 The earlier message is accepted by an "instance" that then dies mid-run: its
 inbox row is running, leased to it. The next message waits (in the inbox);
 the recovery sweep leaves it while the earlier lease lasts, then takes both
-and answers them in order. SQLite and PostgreSQL."""
+and answers them in order: they queue together (the second joins the
+first's run), before a message arriving meanwhile. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import timedelta
 
 from sqlalchemy import update
 from sqlmodel import col
 
+from bot.pipeline.arrivals import Arrivals
+from bot.pipeline.control import Batch, RunControl, Ticket
 from bot.pipeline.intake import Inbox
 from bot.store.models import InboxItem
-from bot.types import utcnow
+from bot.types import Outcome, utcnow
 from tests.fakes.anthropic import last_user_text, text_reply
 from tests.harness import RecordingAdapter, message
+from tests.waiting import wait_until
 
 
 async def test_the_next_message_waits_for_an_earlier_one_a_dead_instance_held(
@@ -58,4 +63,127 @@ async def test_the_next_message_waits_for_an_earlier_one_a_dead_instance_held(
     swept = await housekeeper.sweep()
     await housekeeper.wait_idle()
     assert swept.messages == 2
-    assert adapter.texts == ["re: first", "re: second"]
+    # In order: the second queued behind the first and joined its run.
+    assert adapter.texts == ["re: second"]
+    asked = last_user_text(fake_anthropic.requests[-1].body)
+    assert asked.index("first") < asked.index("second")
+
+
+async def test_messages_taken_over_together_queue_before_one_arriving_meanwhile(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    """The soak's last disorder: after a kill, the recovery sweep took the dead
+    run's message and the one waiting behind it, and resumed the second only
+    once the first was answered; a message arriving meanwhile joined the
+    first's run, so it was answered before the second (sent earlier)."""
+    first_held = threading.Event()
+
+    def respond(body):  # type: ignore[no-untyped-def]
+        said = last_user_text(body).splitlines()[-1]
+        return text_reply(f"re: {said}", hold=first_held if said == "first" else None)
+
+    fake_anthropic.responder = respond
+    app = await make_app(budgets={"guest": "unlimited"})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    store = app.pipeline.s.store
+    dead = Inbox(store, "instance-that-died", 60)
+    assert await dead.accept(message("first", event_id="e1"))  # mid-run when it died
+    handled = asyncio.create_task(app.pipeline.handle(message("second", event_id="e2")))
+    assert (await handled).status == "queued"  # behind the first, in the inbox
+    await asyncio.sleep(0)
+    async with store.write() as session:  # the dead instance's lease ends
+        await session.exec(
+            update(InboxItem)
+            .where(col(InboxItem.event_id) == "e1")
+            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    housekeeper = app.housekeeper
+    housekeeper.platforms = ["console"]
+    assert (await housekeeper.sweep()).messages == 2
+    await fake_anthropic.wait_for_requests(1)  # the first's run calls the model (held)
+
+    third = message("third", event_id="e3")
+    control = app.pipeline.s.control
+    arriving = asyncio.create_task(app.pipeline.handle(third))
+    await wait_until(  # it waits for the run going on (which takes it in)
+        lambda: any(
+            t.payload.origin.text == "third" for t in control._lanes[third.conversation_key].pending
+        )
+    )
+    first_held.set()
+    await arriving
+    await housekeeper.wait_idle()
+    # The third is answered last: with the second in the run, or after it.
+    assert adapter.texts[-1] == "re: third", adapter.texts
+
+
+async def test_an_earlier_message_queued_late_runs_before_newer_ones_waiting() -> None:
+    """A message taken over from a dead process reaches the run control after
+    newer ones of its conversation already wait there: it takes its place by
+    when it was received, and drives the next run before them."""
+    control = RunControl()
+    release = asyncio.Event()
+    runs: list[list[str]] = []
+
+    async def drive(batch: Batch) -> Outcome:
+        runs.append([t.payload for t in batch.tickets])
+        if batch.tickets[0].payload == "running":
+            await release.wait()
+        return Outcome("answered")
+
+    def submit(name: str, order: float) -> asyncio.Task[Outcome]:
+        ticket = Ticket(name, group=name, order=order)  # each its own sender
+        return asyncio.create_task(control.submit("k", "c", ticket, drive))
+
+    running = submit("running", 1.0)
+    await wait_until(lambda: control.active("k") is not None)
+    newer = submit("newer", 3.0)
+    await wait_until(lambda: control.queued("k") == 1)
+    older = submit("older", 2.0)  # taken over: received before "newer"
+    await wait_until(lambda: control.queued("k") == 2)
+    release.set()
+    await asyncio.gather(running, newer, older)
+    assert runs == [["running"], ["older"], ["newer"]]
+
+
+async def test_an_earlier_message_takes_its_place_ahead_in_the_line() -> None:
+    arrivals = Arrivals()
+    newer = arrivals.arrive("k", 3.0)
+    older = arrivals.arrive("k", 2.0)  # taken over while the newer one is on its way
+    waiting = asyncio.create_task(arrivals.turn(newer))
+    await arrivals.turn(older)  # nothing ahead of it
+    assert not waiting.done()
+    arrivals.leave(older)
+    await waiting
+    arrivals.leave(newer)
+
+
+async def test_a_deferred_message_is_no_longer_in_hand(make_app, fake_anthropic) -> None:  # type: ignore[no-untyped-def]
+    """A deferred message goes back to the inbox; the sweep that takes it
+    runs it, even while the task that deferred it has not ended yet (the soak
+    found one skipped as "still in hand": leased to its instance, renewed,
+    never answered, and later messages ran before it)."""
+    fake_anthropic.responder = lambda body: text_reply(
+        "re: " + last_user_text(body).splitlines()[-1]
+    )
+    app = await make_app(budgets={"guest": "unlimited"})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    store = app.pipeline.s.store
+    dead = Inbox(store, "instance-that-died", 60)
+    assert await dead.accept(message("first", event_id="e1"))
+    # in this very task, which goes on after the message was deferred
+    assert (await app.pipeline.handle(message("second", event_id="e2"))).status == "queued"
+    assert not app.pipeline.working_on("console", "e2")
+    async with store.write() as session:  # the dead instance's lease ends
+        await session.exec(
+            update(InboxItem)
+            .where(col(InboxItem.event_id) == "e1")
+            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    housekeeper = app.housekeeper
+    housekeeper.platforms = ["console"]
+    assert (await housekeeper.sweep()).messages == 2
+    await housekeeper.wait_idle()
+    assert adapter.texts == ["re: second"]
