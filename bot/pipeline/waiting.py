@@ -50,13 +50,15 @@ UNFINISHED = (
 )
 """Whether a message of the conversation is being worked on by another
 instance (running there, or left by a process that died, its lease not over
-or handed back at shutdown), asked with the lease: by the transaction (or the
+or handed back at shutdown), asked with the lease, by the transaction (or the
 statement) that takes it and the messages waiting, which are then this
-instance's. Every other message it sees is older than the one taking the
-lease at intake (stored in that transaction, the newest), so this is
-`Inbox.earlier_unfinished` without a read of its own. (A message accepted
-elsewhere at the same moment, not yet committed, is not seen: its instance
-finds the lease held and leaves it waiting for this run's end.)"""
+instance's: the message taking the lease must not run first. At intake every
+other message it sees is older (the one taking the lease is the newest). For
+a message that waited, a newer one running elsewhere while the lease is free
+here was left by a process that died: it waits too, and the recovery sweep
+runs them oldest first. (A message accepted elsewhere at the same moment, not
+yet committed, is not seen: its instance finds the lease held and leaves it
+waiting for this run's end.)"""
 
 
 def unfinished_params(inbox: Inbox, key: str) -> dict[str, str]:
