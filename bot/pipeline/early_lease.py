@@ -33,11 +33,14 @@ from bot.conversations import RECORD_WIDTH, Conversations, created
 from bot.pipeline.control import RunControl
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Joined, Taken, WithMessage, taken
 from bot.pipeline.waiting import UNFINISHED, take_with_waiting, unfinished_params
+from bot.store import mechanisms
 from bot.store.leases import Held, Leases
 from bot.store.rows import Write, execute
 from bot.types import IncomingMessage
 
 log = logging.getLogger("switchboard.pipeline")
+
+_OFF = mechanisms.off("early_lease")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,8 @@ class EarlyLeases:
         fresh) to a conversation not being worked on here; else None."""
         user_id = self._identity.last_id(msg)  # seen lately: a returning user
         if msg.source != "user" or user_id is None or self._control.busy(msg.conversation_key):
+            return None
+        if _OFF:
             return None
         return self.attempt(msg.conversation_key, user_id)
 
@@ -167,7 +172,7 @@ class EarlyLeases:
         key = msg.conversation_key
         if msg.source != "user" or self._identity.known(msg) is not None:
             return resolve_in, None  # no account to create
-        if self._control.busy(key):
+        if self._control.busy(key) or _OFF:
             return resolve_in, None
         attempt = self.attempt(key, 0)
         if attempt is None:
