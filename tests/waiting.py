@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 from bot.agent.events import Event, Subscription
 
-PATIENCE_S = 10.0
-"""Upper bound for a wait that should end almost at once (a hang, not a slow machine)."""
+PATIENCE_S = 30.0
+"""Upper bound for a wait that should end almost at once: it tells a hang, never a
+slow machine (a shared 2-core machine under load takes seconds for a step)."""
 
 
 async def wait_until(condition: Callable[[], bool], seconds: float = PATIENCE_S) -> None:

@@ -68,6 +68,7 @@ from aiohttp import web
 
 from tests.fakes import anthropic_search
 from tests.fakes.prompt_cache import PromptCache
+from tests.waiting import PATIENCE_S
 
 log = logging.getLogger("tests.fakes.anthropic")
 
@@ -607,7 +608,9 @@ class FakeAnthropic:
             self._script.clear()
             self._cache.clear()
 
-    async def wait_for_requests(self, count: int, seconds: float = 5.0) -> list[RecordedRequest]:
+    async def wait_for_requests(
+        self, count: int, seconds: float = PATIENCE_S
+    ) -> list[RecordedRequest]:
         """Wait (without blocking the event loop) until `count` requests have arrived."""
         deadline = time.monotonic() + seconds
         while self.request_count < count:

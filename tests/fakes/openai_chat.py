@@ -38,6 +38,8 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from tests.waiting import PATIENCE_S
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -182,7 +184,7 @@ class FakeOpenAI:
         assert self._base_url is not None, "FakeOpenAI is not started"
         return self._base_url
 
-    async def wait_for_requests(self, count: int, seconds: float = 10.0) -> list[ChatRequest]:
+    async def wait_for_requests(self, count: int, seconds: float = PATIENCE_S) -> list[ChatRequest]:
         deadline = time.monotonic() + seconds
         while len(self.requests) < count:
             if time.monotonic() > deadline:
