@@ -270,7 +270,7 @@ class Budgets:
                 return await self._reserve(session, user_id, role, owner, input_tokens, max_tokens)
 
         decision = await retrying(attempt, f"budget.reserve user={user_id}")
-        if decision.figures is not None and decision.hold is None and not decision.wait:
+        if decision.figures is not None and decision.hold is None and not decision.waits:
             log.info("budget.refused user=%s %s", user_id, decision.figures.record())
         return decision
 
@@ -322,7 +322,7 @@ class Budgets:
         # ago: a hold released since the INSERT looked): wait, then again.
         until = {"k_user": user_id, "k_until": now + timedelta(seconds=holds.AWAITED_S)}
         await execute(session, holds.AWAITED, until)
-        return Decision(None, 0, figures, wait=True)
+        return Decision(None, 0, figures, waits=True)
 
     async def settle(self, hold: Hold, tokens: int) -> Charge | None:
         """Release `hold` and charge what the call really used, in one

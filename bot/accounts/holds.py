@@ -145,13 +145,13 @@ class Hold:
 @dataclass(frozen=True, slots=True)
 class Decision:
     """How a reservation ended: a `hold` (the call may write `max_tokens`),
-    a wait for the user's other calls (`wait`), or a refusal (neither);
+    a wait for the user's other calls (`waits`), or a refusal (neither);
     `figures` None: the budget is unlimited (nothing held)."""
 
     hold: Hold | None
     max_tokens: int
     figures: Figures | None
-    wait: bool = False
+    waits: bool = False
 
     @property
     def unlimited(self) -> bool:

@@ -132,7 +132,7 @@ async def test_concurrent_reservations_for_one_user_never_over_commit(database: 
         )
         held = [d.hold for d in decisions if d.hold is not None]
         assert 2 <= len(held) < 30  # some fit, and the rest had to wait
-        assert all(d.wait for d in decisions if d.hold is None)
+        assert all(d.waits for d in decisions if d.hold is None)
         rows = await live_holds(stores[0])
         assert sum(row.tokens for row in rows) == sum(h.tokens for h in held) <= allowance
         # settled with all they held: used reaches the allowance, never passes it
