@@ -177,7 +177,7 @@ class Inbox:
                 async with self._store.write(fresh=True) as session:
                     await execute(session, ACCEPT, values)
                 return True
-            async with self._store.write_urgent(fresh=True) as session:
+            async with self._store.write(fresh=True, urgent=True) as session:
                 # Not waited for: on PostgreSQL it goes out with `also`'s first
                 # statement (a redelivery fails that statement, and so the
                 # transaction, with the same IntegrityError).
