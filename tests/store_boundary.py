@@ -36,7 +36,6 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
     {
         ("bot/accounts/budgets.py", "is_sqlite"),
         ("bot/accounts/budgets.py", "wait"),
-        ("bot/pipeline/compactor.py", "wait"),
         ("bot/pipeline/hand_back.py", "is_sqlite"),
         ("bot/pipeline/hand_back.py", "wait"),
         ("bot/pipeline/intake.py", "is_sqlite"),
