@@ -34,8 +34,6 @@ WAIT_ALLOWED_CALLS = frozenset({"shutdown"})
 
 ALLOWED: frozenset[tuple[str, str]] = frozenset(
     {
-        ("bot/accounts/budgets.py", "is_sqlite"),
-        ("bot/accounts/budgets.py", "wait"),
         ("bot/pipeline/hand_back.py", "is_sqlite"),
         ("bot/pipeline/hand_back.py", "wait"),
         ("bot/pipeline/intake.py", "is_sqlite"),
