@@ -331,38 +331,6 @@ class Inbox:
         taken.sort(key=lambda t: t.id)
         return taken
 
-    async def earlier_unfinished(
-        self, conversation_key: str, platform: str, event_ids: Sequence[str]
-    ) -> bool:
-        """Whether a message of the conversation accepted before the first of
-        `event_ids` is still open and not this instance's (waiting for
-        another, running elsewhere, or left by a process that died): a run of
-        these must not go first. (This instance's own are in order here: the
-        messages waiting were claimed with the lease, and the ones in hand
-        queue in arrival order.)"""
-        if not event_ids:
-            return False
-        first = (
-            select(func.min(InboxItem.id))
-            .where(
-                col(InboxItem.platform) == platform,
-                col(InboxItem.event_id).in_(list(event_ids)),
-            )
-            .scalar_subquery()
-        )
-        query = select(
-            select(col(InboxItem.id))
-            .where(
-                col(InboxItem.conversation_key) == conversation_key,
-                col(InboxItem.state).in_(OPEN_STATES),
-                col(InboxItem.id) < first,
-                or_(col(InboxItem.lease_owner).is_(None), col(InboxItem.lease_owner) != self.owner),
-            )
-            .exists()
-        )
-        async with self._store.read() as session:
-            return bool((await execute(session, query)).scalar())
-
     async def requeue(self, platform: str, event_ids: Sequence[str]) -> int:
         """Give messages back to the queue (their conversation is running on
         another instance, which will take them): pending, leased to nobody; the
