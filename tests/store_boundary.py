@@ -36,9 +36,7 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
     {
         ("bot/pipeline/hand_back.py", "is_sqlite"),
         ("bot/pipeline/hand_back.py", "wait"),
-        ("bot/pipeline/intake.py", "is_sqlite"),
         ("bot/pipeline/intake.py", "wait"),
-        ("bot/pipeline/persist.py", "is_sqlite"),
         ("bot/pipeline/turns.py", "wait"),
     }
 )

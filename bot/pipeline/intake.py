@@ -111,9 +111,9 @@ class Inbox:
         self.owner = owner
         """This instance, as it appears in `lease_owner`."""
         self.lease = timedelta(seconds=lease_seconds)
-        self._batch = None if store.is_sqlite else Batch(store)
+        self._batch = Batch(store) if store.combines else None
         """PostgreSQL: messages accepted at the same moment share one INSERT."""
-        self.joins = not store.is_sqlite
+        self.joins = store.combines
         """Whether a write can join a message's INSERT (`Joined`): PostgreSQL."""
 
     async def accept(

@@ -196,6 +196,13 @@ class Store:
         return self.dialect == "sqlite"
 
     @property
+    def combines(self) -> bool:
+        """Whether writes of one transaction can go as one statement (parts as
+        data-modifying CTEs, `bot.store.rows.combined`): PostgreSQL. On SQLite
+        each is a statement of its own, queued without a round trip."""
+        return self.dialect != "sqlite"
+
+    @property
     def sqlite_writes(self) -> WriteStats | None:
         """SQLite: this process's writes so far (waits, shared commits)."""
         return self._group.stats if self._write_lock is not None else None
