@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 
-from bot.store import Store, accounts
+from bot.store import Store, accounts, mechanisms
 from bot.store.accounts import Account, NewAccount
 from bot.store.forgotten import Forgotten
 from bot.store.models import PlatformLink, User
@@ -24,6 +24,7 @@ from bot.types import IncomingMessage, Role, utcnow
 log = logging.getLogger("switchboard.identity")
 
 CACHE_TTL_S = 30.0
+_NO_CACHE = mechanisms.off("caches")
 """How long a resolved account is trusted without reading the database again.
 Changes made through this service take effect at once; so do changes made by
 another process sharing the database (the CLI, another instance), which this
@@ -136,6 +137,7 @@ class Identity:
         cached = self._cache.get((platform, platform_user_id))
         if (
             cached is not None
+            and not _NO_CACHE
             and time.monotonic() - cached[0] < CACHE_TTL_S
             and (not display_name or display_name == cached[1].display_name)
             and (not username or username == cached[2])
