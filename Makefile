@@ -5,6 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ARGS   ?=
 JOBS   ?= auto
+# Idle workers take queued tests from busy ones (tests last milliseconds to a
+# minute: an even split up front leaves one worker with the long tail).
+PYTEST := $(BIN)/pytest -n $(JOBS) --dist worksteal
 CONSTRAINTS ?= constraints.txt
 
 .PHONY: help install run chat test test-fast test-plain test-browser lint bench soak clean
@@ -30,14 +33,14 @@ test test-fast test-plain: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP)  ## import contracts + the store boundary + the whole test suite, on every core (JOBS=0: one process), then test-plain
 	$(BIN)/lint-imports
 	$(BIN)/python -m tests.store_boundary
-	$(BIN)/pytest -n $(JOBS) $(ARGS)
+	$(PYTEST) $(ARGS)
 	$(MAKE) --no-print-directory test-plain
 
 test-plain: $(STAMP)  ## the store and pipeline tests again on the plain path ([database] fast_path = false: bot/store/compat.py)
-	SWITCHBOARD_TEST_FAST_PATH=0 $(BIN)/pytest -n $(JOBS) -q -m "not fast_path and not e2e and not slow and not perf" tests/store tests/pipeline
+	SWITCHBOARD_TEST_FAST_PATH=0 $(PYTEST) -q -m "not fast_path and not e2e and not slow and not perf" tests/store tests/pipeline
 
 test-fast: $(STAMP)  ## the tests that are not e2e, slow or perf: what to run while working (under a minute)
-	$(BIN)/pytest -n $(JOBS) -m "not e2e and not slow and not perf" $(ARGS)
+	$(PYTEST) -m "not e2e and not slow and not perf" $(ARGS)
 
 test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
 	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)

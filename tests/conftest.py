@@ -1,5 +1,15 @@
 """Shared fixtures: databases (SQLite always, PostgreSQL when
-SWITCHBOARD_TEST_POSTGRES_URL is set), the fake Anthropic API and a wired App."""
+SWITCHBOARD_TEST_POSTGRES_URL is set), the fake Anthropic API and a wired App.
+
+Which tests run on both databases: those whose subject is storage, i.e. the
+tests under `BOTH_DATABASES` (the store, the pipeline's writes, accounts and
+budgets, scheduling, the admin pages' SQL) and any module or test marked
+`both_databases` (it writes through the store in a way that differs between
+SQLite and PostgreSQL). Every other test that takes `database` (or `store`,
+`make_app`) runs on SQLite only: formatting, commands, adapters, tools and
+rendering gain nothing from a second database, whose own paths the tests above
+already cover. Tests of PostgreSQL itself take `pg`.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +51,26 @@ BACKENDS = [
         ],
     ),
 ]
+
+
+BOTH_DATABASES = ("store", "pipeline", "accounts", "scheduling", "web/admin")
+"""Directories under tests/ whose tests run on SQLite and PostgreSQL."""
+
+
+def runs_on_both_databases(definition: pytest.Function) -> bool:
+    if definition.get_closest_marker("both_databases") is not None:
+        return True
+    tests = definition.config.rootpath / "tests"
+    return any(definition.path.is_relative_to(tests / where) for where in BOTH_DATABASES)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """SQLite only for a test outside `BOTH_DATABASES` (the module docstring):
+    a `parametrize` mark takes precedence over the `database` fixture's params."""
+    if "database" in metafunc.fixturenames and not runs_on_both_databases(metafunc.definition):
+        only = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+        metafunc.definition.add_marker(only)
 
 
 class Database:

@@ -1,6 +1,8 @@
 """The test tiers keep their shape (tests/tiers.py): a test that starts the
 service as a subprocess without the `e2e` marker fails; a test using a fixture
-that starts it is marked `e2e` by rule; `make test-fast` runs the rest."""
+that starts it is marked `e2e` by rule; `make test-fast` runs the rest. And
+only the tests whose subject is storage run on both databases
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -101,3 +103,40 @@ def test_a_test_using_a_service_fixture_is_e2e_by_rule(pytester: pytest.Pytester
     result = pytester.runpytest_inprocess(*QUIET, "-m", FAST, "-v")
     result.assert_outcomes(passed=1, deselected=2)
     result.stdout.fnmatch_lines(["*test_without_it PASSED*"])
+
+
+def test_only_storage_tests_run_on_both_databases(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import pytest
+        from tests.conftest import BACKENDS, pytest_generate_tests
+
+        @pytest.fixture(params=BACKENDS)
+        def database(request):
+            return request.param
+
+        @pytest.fixture
+        def store(database):
+            return database
+        """
+    )
+    for where in ("store", "pipeline", "accounts", "scheduling", "web/admin", "adapters", "web"):
+        package = pytester.path / "tests" / where
+        package.mkdir(parents=True, exist_ok=True)
+        name = where.replace("/", "_")
+        (package / f"test_{name}.py").write_text(
+            f"def test_{name}(store):\n    pass\n", encoding="utf-8"
+        )
+    (pytester.path / "tests" / "test_marked.py").write_text(
+        "import pytest\n\n"
+        "pytestmark = pytest.mark.both_databases\n\n"
+        "def test_marked(database):\n    pass\n",
+        encoding="utf-8",
+    )
+    result = pytester.runpytest_inprocess(*QUIET, "--collect-only", "-q", "tests")
+    ids = {line.split("::")[-1] for line in result.outlines if "::" in line}
+    both = {"store", "pipeline", "accounts", "scheduling", "web_admin", "marked"}
+    assert ids == (
+        {f"test_{name}[{backend}]" for name in both for backend in ("sqlite", "postgres")}
+        | {"test_adapters[sqlite]", "test_web[sqlite]"}
+    )

@@ -103,6 +103,7 @@ async def set_role(
         await asyncio.wait_for(heard.wait(), NOTICE_S)
 
 
+@pytest.mark.slow  # fifty messages through the pipeline
 async def test_fifty_messages_at_once_never_spend_past_the_allowance(make_app, fake_anthropic):
     allowance = 12_000
     app = await make_app(budgets={"guest": allowance}, llm={"max_tokens": 1000})

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from sqlmodel import col, select
 
 from bot.agent.prompt import SUBAGENT
@@ -269,6 +270,7 @@ async def test_a_child_cannot_spend_past_the_run_cap(make_app, fake_anthropic):
     assert run.status == "refused" and run.tokens <= 20_000
 
 
+@pytest.mark.slow  # waits out a sub-agent's 2 s timeout
 async def test_a_failing_or_slow_child_is_an_error_the_run_reads(make_app, fake_anthropic):
     app = await make_app(
         agent={"subagent_min_role": "guest", "subagent_timeout_seconds": 2}, **HELPER_BUDGET

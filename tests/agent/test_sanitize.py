@@ -447,6 +447,7 @@ _TOKENS = [
 ]
 
 
+@pytest.mark.slow  # thousands of generated inputs
 def test_fuzz_never_raises_and_is_stable() -> None:
     rng = random.Random(20240607)
     for _ in range(1500):

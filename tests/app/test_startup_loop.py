@@ -7,6 +7,8 @@ import gc
 import importlib
 import threading
 
+import pytest
+
 from bot.app import service
 from bot.cli.run import settle_heap
 
@@ -35,6 +37,7 @@ def test_startup_objects_leave_the_collectors_full_passes() -> None:
         gc.unfreeze()  # the test process goes on collecting as before
 
 
+@pytest.mark.slow  # allocates and collects a burst of objects
 def test_a_burst_of_live_objects_runs_no_pass_over_the_older_generations() -> None:
     """Objects a burst of messages keeps alive while their model calls are out
     make the collector pass over the young generation only, not the older

@@ -624,6 +624,7 @@ async def test_fake_in_a_thread() -> None:
         fake.stop()
 
 
+@pytest.mark.slow  # a full garbage collection of the worker's heap
 def test_the_stream_snapshot_type_stays_cached_across_garbage_collections() -> None:
     """The SDK parametrises ParsedMessage at every streamed message start;
     pydantic caches that class weakly. Pinned, a collection doesn't free it, so

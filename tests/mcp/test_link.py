@@ -24,7 +24,7 @@ from tests.mcp_servers import HttpToolbox, calls, stdio_config
 from tests.service_rig import free_port
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 MCP = "switchboard.mcp"
 
 

@@ -28,6 +28,8 @@ from tests.harness import RecordingAdapter, message
 from tests.media import samples
 from tests.media.fixtures import KEY_ENV, VOICE, listening, speech
 
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
+
 __all__ = ["speech"]  # a fixture
 
 

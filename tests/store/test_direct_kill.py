@@ -21,6 +21,8 @@ from bot.store.models import InboxItem
 from bot.store.rows import insert_rows
 from tests.store.test_direct import items
 
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 WRITER = textwrap.dedent(
     """

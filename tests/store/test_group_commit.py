@@ -234,6 +234,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a writer process started and killed
 def test_killed_while_groups_are_open_loses_no_write_that_returned(tmp_path: Path):
     """The process killed at an arbitrary moment of grouped writes: every write
     that returned is stored, whole (both its rows), and none is half there."""

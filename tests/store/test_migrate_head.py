@@ -73,6 +73,7 @@ async def test_a_database_behind_is_migrated_and_one_at_head_is_left_as_it_is(
         await store.dispose()
 
 
+@pytest.mark.slow  # a Python process importing the service
 def test_a_start_on_a_database_at_head_imports_no_alembic(tmp_path: Path):
     url = f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
     code = textwrap.dedent(

@@ -255,6 +255,7 @@ async def test_checkpoints_asked_for_while_closing_leave_no_thread_behind(tmp_pa
     assert "sqlite-checkpoint" not in {thread.name for thread in threading.enumerate()}
 
 
+@pytest.mark.slow  # a writer process started and killed
 def test_commits_made_on_the_loop_survive_a_kill(tmp_path: Path):
     """A process writing one row per transaction is killed mid-stream: every
     row whose commit returned is there, none twice, and the database opens."""

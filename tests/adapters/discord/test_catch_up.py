@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from adapters.discord import create_adapter
 from tests.adapters.discord.helpers import SECRETS, settle
 from tests.fakes.anthropic import FakeAnthropic, last_user_text, text_reply
 from tests.fakes.chaos import Fault
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import BOT_ID, CHANNEL_ID, OTHER_CHANNEL_ID
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 
 def starter(make_app, fake_discord: FakeDiscord, fake_anthropic: FakeAnthropic):  # type: ignore[no-untyped-def]

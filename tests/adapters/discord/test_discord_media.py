@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 
+import pytest
 from PIL import Image
 from sqlmodel import select
 
@@ -17,6 +18,8 @@ from tests.fakes.discord import FakeDiscord
 from tests.fakes.discord_payloads import DM_CHANNEL_ID
 from tests.media import samples
 from tests.media.fixtures import SAID, VOICE, listening, speech
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 __all__ = ["speech"]  # a fixture
 

@@ -10,6 +10,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import update
 
 from adapters.discord import parse_message, render
@@ -23,6 +24,8 @@ from tests.fakes.discord import FakeDiscord, Posted
 from tests.fakes.discord_payloads import BOT_ID, CHANNEL_ID
 from tests.probes import ProbeTool
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 STREAMING = {"streaming": {"discord": {"enabled": True, "interval_seconds": 0.05}}}
 FINAL = "It is **42**, as [the docs](https://example.com/a) say:\n\n- one\n- two"

@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 
+import pytest
 from sqlmodel import select
 
 from bot.store.models import DeliveryFailure, InboxItem
@@ -19,6 +20,8 @@ from tests.adapters.slack.support import (
 )
 from tests.fakes.anthropic import text_reply
 from tests.fakes.slack import APP_TOKEN, BOT_USER_ID, socket_envelope
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 pytest_plugins = ("tests.adapters.slack.fixtures",)
 

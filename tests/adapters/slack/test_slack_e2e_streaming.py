@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from adapters.slack import render
 from bot.pipeline.live import STOPPED_MARK
 from tests.adapters.slack.support import Rig, channel_message, dm, mention
 from tests.fakes.anthropic import text_reply, tool_call, tool_use_reply
 from tests.probes import ProbeTool
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 pytest_plugins = ("tests.adapters.slack.fixtures",)
 

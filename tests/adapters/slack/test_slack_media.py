@@ -9,6 +9,7 @@ import base64
 import io
 import json
 
+import pytest
 from PIL import Image
 from sqlmodel import select
 
@@ -17,6 +18,8 @@ from tests.adapters.slack.support import dm
 from tests.fakes.anthropic import text_reply
 from tests.media import samples
 from tests.media.fixtures import SAID, VOICE, listening, speech
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 __all__ = ["speech"]  # a fixture
 

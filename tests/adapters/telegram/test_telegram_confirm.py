@@ -6,6 +6,7 @@ press makes it happen."""
 
 from __future__ import annotations
 
+import pytest
 from sqlmodel import select
 
 from bot.accounts.directory import Directory
@@ -14,6 +15,8 @@ from bot.types import IncomingMessage, Role
 from tests.adapters.telegram.rig import Rig
 from tests.fakes.telegram_updates import person, press, private
 from tests.tools.test_pending_actions import obedient
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 OWNER = 5120348871  # the sender of `private(...)`
 STRANGER = 6035227194

@@ -8,6 +8,7 @@ import base64
 import io
 import itertools
 
+import pytest
 from PIL import Image
 from sqlmodel import select
 
@@ -16,6 +17,8 @@ from bot.store.models import DeliveryFailure, InboxItem, Message
 from tests.fakes.anthropic import text_reply
 from tests.fakes.telegram import ApiError, flood
 from tests.fakes.telegram_updates import GROUP_ID, group, message_id, private
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 USER = 5120348871
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 
+import pytest
 from PIL import Image
 from sqlmodel import select
 
@@ -15,6 +16,8 @@ from tests.fakes.anthropic import text_reply
 from tests.fakes.telegram_updates import private
 from tests.media import samples
 from tests.media.fixtures import SAID, VOICE, listening, speech
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 __all__ = ["speech"]  # a fixture
 

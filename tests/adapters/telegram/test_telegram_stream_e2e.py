@@ -10,12 +10,16 @@ import dataclasses
 import logging
 from typing import Any
 
+import pytest
+
 from adapters.telegram.render import render
 from tests.adapters.telegram.rig import Rig
 from tests.fakes.anthropic import text_reply, tool_call, tool_use_reply
 from tests.fakes.telegram import flood
 from tests.fakes.telegram_html import parse_html
 from tests.fakes.telegram_updates import GROUP_ID, group, message_id, private
+
+pytestmark = pytest.mark.slow  # seconds a test (tests/tiers.py)
 
 USER = 5120348871
 STREAMING = {"streaming": {"interval_seconds": 0.05}}
