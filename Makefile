@@ -30,8 +30,9 @@ chat: $(STAMP)  ## terminal chat with the agent
 # where PYTHONDONTWRITEBYTECODE is set (each process would compile the project again).
 test test-fast test-plain: export PYTHONDONTWRITEBYTECODE :=
 
-test: $(STAMP)  ## import contract + the whole test suite, on every core (JOBS=0: one process), then test-plain
+test: $(STAMP)  ## import contracts + the store boundary + the whole test suite, on every core (JOBS=0: one process), then test-plain
 	$(BIN)/lint-imports
+	$(BIN)/python -m tests.store_boundary
 	$(PYTEST) $(ARGS)
 	$(MAKE) --no-print-directory test-plain
 
@@ -44,11 +45,12 @@ test-fast: $(STAMP)  ## the tests that are not e2e, slow or perf: what to run wh
 test-browser: $(STAMP)  ## the admin dashboard in headless Chromium (needs chromium + chromium-driver)
 	$(BIN)/pytest -m browser tests/web/admin/test_browser.py $(ARGS)
 
-lint: $(STAMP)  ## ruff (lint and format) + mypy --strict on the core + import contracts (layers, no cycles)
+lint: $(STAMP)  ## ruff (lint and format) + mypy --strict on the core + import contracts (layers, no cycles, the store's machinery in bot/store) + no wait=/is_sqlite outside bot/store
 	$(BIN)/ruff check bot adapters migrations tests
 	$(BIN)/ruff format --check bot adapters migrations tests
 	$(BIN)/mypy --strict bot
 	$(BIN)/lint-imports
+	$(BIN)/python -m tests.store_boundary
 
 bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.pipeline $(ARGS)

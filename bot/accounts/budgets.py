@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, ColumnElement, bindparam, case, select, update
+from sqlalchemy import update
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -46,11 +46,16 @@ from bot.accounts.holds import (
 )
 from bot.accounts.identity import AccountRead, UserRecord, current_period
 from bot.config import BudgetSettings
-from bot.store import Store, mechanisms
-from bot.store.coordination import BUDGET, MISSED, announce_account, announce_released
+from bot.store import Store, budget_rows, mechanisms
+from bot.store.coordination import (
+    BUDGET,
+    MISSED,
+    announce_account,
+    announce_released,
+    tell_released,
+)
 from bot.store.forgotten import Forgotten
 from bot.store.models import Budget
-from bot.store.rows import Write, execute
 from bot.store.transient import retrying
 from bot.types import Role, utcnow
 
@@ -180,13 +185,12 @@ class Budgets:
     async def status(
         self, user_id: int, role: Role, session: AsyncSession | None = None
     ) -> BudgetStatus:
-        params = {"s_user_id": user_id}
         read_at = time.monotonic()
         if session is None:
             async with self._store.read() as own:
-                row = (await execute(own, _STATUS, params)).first()
+                row = await budget_rows.read_status(own, user_id)
         else:
-            row = (await execute(session, _STATUS, params)).first()
+            row = await budget_rows.read_status(session, user_id)
         if row is None:
             self._remember(user_id, "role", None, read_at)
             return BudgetStatus(current_period(), self.role_allowance(role), 0, 0, 0, "role")
@@ -208,12 +212,11 @@ class Budgets:
             return BudgetStatus(current_period(), None, 0, 0, 0, mode)
         status = await self.status(user.id, user.role, session)
         if status.limit is not None and status.used + MIN_OUTPUT_TOKENS > status.limit:
-            params = {"k_user": user.id, "k_now": utcnow()}
             if session is None:
                 async with self._store.read() as own:
-                    held = (await execute(own, holds.HELD, params)).scalar()
+                    held = await budget_rows.held_tokens(own, user.id, utcnow())
             else:
-                held = (await execute(session, holds.HELD, params)).scalar()
+                held = await budget_rows.held_tokens(session, user.id, utcnow())
             figures = Figures(
                 status.used, int(held or 0), MIN_OUTPUT_TOKENS, status.limit, status.period
             )
@@ -229,23 +232,18 @@ class Budgets:
         write = self.charge_write(user_id, role, tokens)
         if write is None:
             return None
-        row = (await execute(session, *write)).first()
+        row = await budget_rows.charge(session, write)
         return self.charged(user_id, tokens, row)
 
-    def charge_write(self, user_id: int, role: Role, tokens: int) -> Write | None:
+    def charge_write(self, user_id: int, role: Role, tokens: int) -> budget_rows.ChargeWrite | None:
         """The statement `charge` runs and its parameters (None: nothing to do),
         for a caller that runs it as a part of a larger statement; its row
         (used, overage, awaited_until) goes to `charged`."""
         if tokens <= 0:
             return None
-        params = {
-            "b_user_id": user_id,
-            "b_period": current_period(),
-            "tokens": tokens,
-            "role_limit": self.role_allowance(role),
-            "b_now": utcnow(),
-        }
-        return _CHARGE, params
+        return budget_rows.charge_write(
+            user_id, current_period(), tokens, self.role_allowance(role), utcnow()
+        )
 
     @staticmethod
     def charged(user_id: int, tokens: int, row: Any) -> Charge | None:
@@ -271,7 +269,7 @@ class Budgets:
                 return await self._reserve(session, user_id, role, owner, input_tokens, max_tokens)
 
         decision = await retrying(attempt, f"budget.reserve user={user_id}")
-        if decision.figures is not None and decision.hold is None and not decision.wait:
+        if decision.figures is not None and decision.hold is None and not decision.waits:
             log.info("budget.refused user=%s %s", user_id, decision.figures.record())
         return decision
 
@@ -284,10 +282,11 @@ class Budgets:
         input_tokens: int,
         max_tokens: int,
     ) -> Decision:
-        row = (await execute(session, holds.LOCK, {"k_user": user_id})).first()
+        row = await budget_rows.lock_budget(session, user_id)
         if row is None:
             await self._ensure_row(session, user_id)
-            row = (await execute(session, holds.LOCK, {"k_user": user_id})).first()
+            row = await budget_rows.lock_budget(session, user_id)
+        assert row is not None
         period, used, granted, mode, limit_tokens = row
         if period != current_period():  # a new month: nothing used or granted yet
             period, used, granted = current_period(), 0, 0
@@ -298,32 +297,32 @@ class Budgets:
         now = utcnow()
         estimate = holds.estimate(input_tokens, max_tokens)
         if not holds.refused(used, allowance, input_tokens, max_tokens):
-            params = {
-                "k_user": user_id,
-                "k_now": now,
-                "k_run": owner.run_id,
-                "k_instance": self.instance,
-                "k_key": owner.conversation_key,
-                "k_input": input_tokens,
-                "k_room": allowance - used - input_tokens,
-                "k_max": max_tokens,
-                "k_least": min(holds.MIN_OUTPUT_TOKENS, max_tokens),
-                "k_expires": now + self._hold,
-            }
-            taken = (await execute(session, holds.TAKE, params)).first()
+            wanted = budget_rows.WantedHold(
+                user_id=user_id,
+                run_id=owner.run_id,
+                instance=self.instance,
+                conversation_key=owner.conversation_key,
+                input_tokens=input_tokens,
+                room=allowance - used - input_tokens,
+                max_tokens=max_tokens,
+                least=min(holds.MIN_OUTPUT_TOKENS, max_tokens),
+                now=now,
+                expires_at=now + self._hold,
+            )
+            taken = await budget_rows.take_hold(session, wanted)
             if taken is not None:
-                hold = Hold(int(taken[0]), user_id, role, int(taken[1]))
+                hold = Hold(taken[0], user_id, role, taken[1])
                 figures = Figures(used, 0, estimate, allowance, period)
                 return Decision(hold, hold.tokens - input_tokens, figures)
-        held = (await execute(session, holds.HELD, {"k_user": user_id, "k_now": now})).scalar()
-        figures = Figures(used, int(held or 0), estimate, allowance, period)
+        held = await budget_rows.held_tokens(session, user_id, now)
+        figures = Figures(used, held, estimate, allowance, period)
         if holds.refused(used, allowance, input_tokens, max_tokens):
             return Decision(None, 0, figures)
         # The user's other calls hold what is missing (or held it a moment
         # ago: a hold released since the INSERT looked): wait, then again.
-        until = {"k_user": user_id, "k_until": now + timedelta(seconds=holds.AWAITED_S)}
-        await execute(session, holds.AWAITED, until)
-        return Decision(None, 0, figures, wait=True)
+        until = now + timedelta(seconds=holds.AWAITED_S)
+        await budget_rows.mark_awaited(session, user_id, until)
+        return Decision(None, 0, figures, waits=True)
 
     async def settle(self, hold: Hold, tokens: int) -> Charge | None:
         """Release `hold` and charge what the call really used, in one
@@ -331,21 +330,21 @@ class Budgets:
         (PostgreSQL), this one's woken."""
         try:
             async with self._store.write() as session:
-                await execute(session, holds.RELEASE_ONE, {"r_hold": hold.id}, wait=False)
+                await budget_rows.release_hold(session, hold.id)
                 write = self.charge_write(hold.user_id, hold.role, tokens)
                 if write is None:
                     return None
-                row = (await execute(session, *write)).first()
+                row = await budget_rows.charge(session, write)
                 if row is not None and row[2] is not None and row[2] > utcnow():
                     await announce_released(session, self._store, hold.user_id)
                 return self.charged(hold.user_id, tokens, row)
         finally:
             self.releases.wake(hold.user_id)
 
-    def release_write(self, run_id: str) -> Write:
+    def release_write(self, run_id: str) -> budget_rows.ChargeWrite:
         """The statement that releases every hold of a run, for its turn's
         write (none of its calls is in flight any more)."""
-        return holds.RELEASE_RUN, {"r_run": run_id}
+        return budget_rows.release_run_write(run_id)
 
     async def release_dead(self, session: AsyncSession, taken: list[tuple[str, str]]) -> set[int]:
         """In the transaction of a takeover: release the holds of the runs
@@ -353,20 +352,17 @@ class Budgets:
         — and the holds past their backstop; returns the users whose holds
         went (for `released`)."""
         pairs = sorted({pair for pair in taken if pair[0] != self.instance})
-        rows = await session.exec(holds.release_dead(pairs), params={"r_now": utcnow()})
-        return {int(row[0]) for row in rows.all()}
+        return await budget_rows.release_dead_holds(session, pairs, utcnow())
 
     async def released(self, user_ids: set[int]) -> None:
         """Holds of these users went (a takeover, a turn's write): wake the
         messages waiting for them here, and tell the other instances."""
         for user_id in user_ids:
             self.releases.wake(user_id)
-        if not user_ids or self._store.is_sqlite:
+        if not user_ids:
             return
         try:
-            async with self._store.write() as session:
-                for user_id in sorted(user_ids):
-                    await announce_released(session, self._store, user_id)
+            await tell_released(self._store, user_ids)
         except Exception as exc:  # a hint only: waiting messages look again soon
             log.warning("budget.release_notice_failed: %s", exc)
 
@@ -439,62 +435,3 @@ class Budgets:
         if await session.get(Budget, user_id) is None:
             session.add(Budget(user_id=user_id, period=current_period()))
             await session.flush()
-
-
-def _cap(role_limit: Any, granted: Any = None) -> ColumnElement[Any]:
-    """allowance + granted, computed by the database (NULL = unlimited)."""
-    allowance = case(
-        (col(Budget.limit_mode) == "unlimited", None),
-        (col(Budget.limit_mode) == "fixed", col(Budget.limit_tokens)),
-        else_=role_limit,
-    )
-    return allowance + (col(Budget.granted) if granted is None else granted)
-
-
-def _charge_statement() -> Any:
-    """The charge, built once (building this expression costs more than running
-    it): `used` climbs to the cap, the rest goes to `overage`. A row whose
-    period is over starts the current one first (used, overage and granted
-    from 0, as `_roll_period`), in the same statement, so a month's first
-    charge is no extra round trip. It returns `awaited_until` too: whether a
-    message waits for this user's holds (`settle` tells other instances)."""
-    same = col(Budget.period) == bindparam("b_period")
-
-    def this_period(column: Any) -> Any:
-        return case((same, column), else_=0)
-
-    used, overage, granted = (
-        this_period(col(Budget.used)),
-        this_period(col(Budget.overage)),
-        this_period(col(Budget.granted)),
-    )
-    cap = _cap(bindparam("role_limit", type_=BigInteger), granted)
-    tokens = bindparam("tokens", type_=BigInteger)
-    fits = cap.is_(None) | (used + tokens <= cap)
-    already_full = used >= cap
-    return (
-        update(Budget)
-        .where(col(Budget.user_id) == bindparam("b_user_id"))
-        .values(
-            used=case((fits, used + tokens), (already_full, used), else_=cap),
-            overage=overage + case((fits, 0), (already_full, tokens), else_=used + tokens - cap),
-            granted=granted,
-            period=bindparam("b_period"),
-            updated_at=bindparam("b_now"),
-        )
-        .returning(col(Budget.used), col(Budget.overage), col(Budget.awaited_until))
-    )
-
-
-_CHARGE = _charge_statement()
-
-_STATUS = select(
-    col(Budget.period),
-    col(Budget.limit_mode),
-    col(Budget.limit_tokens),
-    col(Budget.granted),
-    col(Budget.used),
-    col(Budget.overage),
-).where(col(Budget.user_id) == bindparam("s_user_id"))
-"""What `status` reads of a user's budget row, built once: a Core statement
-(the driver path on SQLite and PostgreSQL), no ORM object."""

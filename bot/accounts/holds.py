@@ -43,15 +43,8 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-from sqlalchemy import BigInteger, String, and_, bindparam, case, delete, func, insert, or_, update
-from sqlalchemy import select as sql_select
-from sqlmodel import col
 
 from bot.errors import BudgetExceeded
-from bot.store.columns import UTCDateTime
-from bot.store.models import Budget, BudgetHold
 from bot.types import Role
 
 log = logging.getLogger("switchboard.budget")
@@ -145,13 +138,13 @@ class Hold:
 @dataclass(frozen=True, slots=True)
 class Decision:
     """How a reservation ended: a `hold` (the call may write `max_tokens`),
-    a wait for the user's other calls (`wait`), or a refusal (neither);
+    a wait for the user's other calls (`waits`), or a refusal (neither);
     `figures` None: the budget is unlimited (nothing held)."""
 
     hold: Hold | None
     max_tokens: int
     figures: Figures | None
-    wait: bool = False
+    waits: bool = False
 
     @property
     def unlimited(self) -> bool:
@@ -202,87 +195,3 @@ class Releases:
         event = self._events.setdefault(user_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), max(0.0, min(within, WAIT_POLL_S)))
-
-
-# -- statements (built once) ----------------------------------------------------
-
-LOCK = (
-    sql_select(
-        col(Budget.period),
-        col(Budget.used),
-        col(Budget.granted),
-        col(Budget.limit_mode),
-        col(Budget.limit_tokens),
-    )
-    .where(col(Budget.user_id) == bindparam("k_user"))
-    .with_for_update()
-)
-"""The user's budget row, locked until the reservation commits (PostgreSQL;
-SQLite's write transaction holds the database)."""
-
-
-def _live_held() -> Any:
-    return (
-        sql_select(func.coalesce(func.sum(col(BudgetHold.tokens)), 0).label("held"))
-        .where(
-            col(BudgetHold.user_id) == bindparam("k_user"),
-            col(BudgetHold.expires_at) > bindparam("k_now", type_=UTCDateTime),
-        )
-        .subquery("live")
-    )
-
-
-HELD = sql_select(_live_held().c.held)
-"""The tokens the user's live holds hold."""
-
-
-def _take() -> Any:
-    """The hold's INSERT, made only when what the live holds leave (`room`
-    less the live holds) covers the least the call needs (`least`): the
-    tokens held are the input and the call's `max_tokens` lowered to that."""
-    live = _live_held()
-    room = bindparam("k_room", type_=BigInteger) - live.c.held
-    wanted = bindparam("k_max", type_=BigInteger)
-    output = case((room < wanted, room), else_=wanted)
-    chosen = sql_select(
-        bindparam("k_user", type_=BigInteger),
-        bindparam("k_run", type_=String),
-        bindparam("k_instance", type_=String),
-        bindparam("k_key", type_=String),
-        bindparam("k_input", type_=BigInteger) + output,
-        bindparam("k_expires", type_=UTCDateTime),
-        bindparam("k_now", type_=UTCDateTime),
-    ).where(room >= bindparam("k_least", type_=BigInteger))
-    columns = ["user_id", "run_id", "instance", "conversation_key", "tokens"]
-    return (
-        insert(BudgetHold)
-        .from_select([*columns, "expires_at", "created_at"], chosen)
-        .returning(col(BudgetHold.id), col(BudgetHold.tokens))
-    )
-
-
-TAKE = _take()
-
-AWAITED = (
-    update(Budget)
-    .where(col(Budget.user_id) == bindparam("k_user"))
-    .values(awaited_until=bindparam("k_until", type_=UTCDateTime))
-)
-"""A message waits for the user's holds until `k_until`: settlements tell the
-other instances meanwhile."""
-
-RELEASE_ONE = delete(BudgetHold).where(col(BudgetHold.id) == bindparam("r_hold"))
-RELEASE_RUN = delete(BudgetHold).where(col(BudgetHold.run_id) == bindparam("r_run"))
-"""Every hold of a run (its turn is written: none of its calls is in flight)."""
-
-
-def release_dead(pairs: list[tuple[str, str]]) -> Any:
-    """The holds of the runs taken over — (instance, conversation key): the
-    run of that conversation on that instance, which died — and every hold
-    past its backstop; returning the users whose holds went."""
-    taken = (
-        and_(col(BudgetHold.instance) == instance, col(BudgetHold.conversation_key) == key)
-        for instance, key in pairs
-    )
-    gone = or_(col(BudgetHold.expires_at) <= bindparam("r_now", type_=UTCDateTime), *taken)
-    return delete(BudgetHold).where(gone).returning(col(BudgetHold.user_id))

@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
 
-import sqlalchemy
-from sqlalchemy import bindparam, case, exists, func, literal, true, update
+from sqlalchemy import exists, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.store import Store, mechanisms
+from bot.store import Store, accounts, mechanisms
+from bot.store.accounts import Account, NewAccount
 from bot.store.forgotten import Forgotten
-from bot.store.models import Budget, Memory, PlatformLink, User
-from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row
+from bot.store.models import PlatformLink, User
 from bot.types import IncomingMessage, Role, utcnow
 
 log = logging.getLogger("switchboard.identity")
@@ -49,11 +46,8 @@ class UserRecord:
         return f"{self.platform}:{self.platform_user_id}"
 
 
-Also = Callable[[AsyncSession, int], Awaitable[Callable[[], None]]]
-"""Work for the transaction that creates an account (given its session and the
-new account's id): it writes, and returns what to call once that transaction
-has committed. On PostgreSQL the session is in autocommit: the work runs at
-most one statement that waits, which the account's rows ride on (`_create`)."""
+Also = accounts.Also
+"""Work for the transaction that creates an account (`bot.store.accounts.Also`)."""
 
 
 def current_period() -> str:
@@ -160,7 +154,7 @@ class Identity:
         cached = self._fresh(user.platform, user.platform_user_id, None, None)
         if cached is not None:
             return cached.role if cached.id == user.id else user.role
-        found = await self._find(user.platform, user.platform_user_id)
+        found = await accounts.find_account(self._store, user.platform, user.platform_user_id)
         if found is None or found.user_id != user.id:
             return user.role
         if user.handle in self._owners:
@@ -200,7 +194,7 @@ class Identity:
         read_at: float,
     ) -> UserRecord:
         """The account, read (or created); `read_at`: when the read began."""
-        found, ids = await self._find_or_ids(platform, platform_user_id)
+        found, ids = await accounts.find_or_reserve(self._store, platform, platform_user_id)
         if found is not None:
             read = AccountRead(
                 found.user_id, found.limit_mode, found.limit_tokens, found.has_memories, read_at
@@ -214,7 +208,7 @@ class Identity:
                 )
             except IntegrityError:
                 # Someone created it concurrently (same person, two messages at once).
-                found = await self._find(platform, platform_user_id)
+                found = await accounts.find_account(self._store, platform, platform_user_id)
                 if found is None:
                     raise
         wanted_owner = f"{platform}:{platform_user_id}" in self._owners
@@ -234,29 +228,8 @@ class Identity:
         )
 
     async def find_account(self, platform: str, platform_user_id: str) -> int | None:
-        found = await self._find(platform, platform_user_id)
+        found = await accounts.find_account(self._store, platform, platform_user_id)
         return None if found is None else found.user_id
-
-    async def _find(self, platform: str, platform_user_id: str) -> _Account | None:
-        params = {"a_platform": platform, "a_user": platform_user_id}
-        async with self._store.read() as session:
-            row = (await execute(session, _FIND, params)).first()
-        return None if row is None else _Account(*row)
-
-    async def _find_or_ids(
-        self, platform: str, platform_user_id: str
-    ) -> tuple[_Account | None, tuple[int, int] | None]:
-        """`_find`; on PostgreSQL, when there is no such account, with the ids
-        its user and link would take (drawn from their sequences in the same
-        query), so that creating it needs no id from the database."""
-        if self._store.is_sqlite:
-            return await self._find(platform, platform_user_id), None
-        params = {"a_platform": platform, "a_user": platform_user_id}
-        async with self._store.read() as session:
-            row = (await execute(session, _FIND_OR_IDS, params)).one()
-        if row[0] is not None:
-            return _Account(*row[:_COLUMNS]), None
-        return None, (int(row[_COLUMNS]), int(row[_COLUMNS + 1]))
 
     async def _create(
         self,
@@ -265,40 +238,17 @@ class Identity:
         display_name: str | None,
         username: str | None,
         also: Also | None = None,
-        ids: tuple[int, int] | None = None,
-    ) -> _Account:
+        ids: accounts.Ids | None = None,
+    ) -> Account:
         """The user, its platform link and its budget (and `also`), all or
-        nothing: on SQLite one transaction of Core INSERTs (rows as column
-        values: a model object costs more to make than its INSERT); on
-        PostgreSQL, given the `ids` to use, one statement in autocommit, the
-        three rows riding on `also`'s statement (or going alone). Raises
-        `IntegrityError` (nothing written) when the link was created
-        concurrently."""
+        nothing (`bot.store.accounts.create_account`, given the `ids` drawn
+        ahead on PostgreSQL). Raises `IntegrityError` (nothing written) when
+        the link was created concurrently."""
         role = Role.OWNER if f"{platform}:{platform_user_id}" in self._owners else Role.GUEST
-        user = new_row(User, display_name=display_name, role=role.value)
-        link = new_row(
-            PlatformLink,
-            user_id=0,  # the new user's id, once made
-            platform=platform,
-            platform_user_id=platform_user_id,
-            display_name=display_name,
-            username=username,
+        new = NewAccount(
+            platform, platform_user_id, display_name, username, role.value, current_period()
         )
-        if ids is not None:
-            user_id, link_id = ids
-            user["id"], link["id"], link["user_id"] = user_id, link_id, user_id
-            async with self._store.write_one() as session:
-                for row in (user, link, new_row(Budget, user_id=user_id, period=current_period())):
-                    await insert_rows(session, [row], wait=False)
-                committed = await also(session, user_id) if also is not None else None
-        else:
-            async with self._store.write() as session:
-                (user_id,) = await insert_returning_ids(session, [user])
-                link["user_id"] = user_id
-                (link_id,) = await insert_returning_ids(session, [link])
-                budget = new_row(Budget, user_id=user_id, period=current_period())
-                await insert_rows(session, [budget], wait=False)  # the commit raises a failure
-                committed = await also(session, user_id) if also is not None else None
+        (user_id, link_id), committed = await accounts.create_account(self._store, new, ids, also)
         if committed is not None:
             committed()
         log.info(
@@ -306,13 +256,13 @@ class Identity:
         )
         for tell in self._on_created:
             tell(user_id)
-        return _Account(
+        return Account(
             user_id, role.value, display_name, link_id, display_name, username, "role", None, False
         )
 
     async def _refresh(
         self,
-        found: _Account,
+        found: Account,
         make_owner: bool,
         display_name: str | None,
         username: str | None,
@@ -361,62 +311,3 @@ class Identity:
         self.forget(record.id)
         log.info("user.promoted id=%s role=owner (first owner)", record.id)
         return UserRecord(record.id, Role.OWNER, record.display_name, platform, platform_user_id)
-
-
-class _Account(NamedTuple):
-    """What resolving an account needs of its user and link rows."""
-
-    user_id: int
-    role: str
-    user_display_name: str | None
-    link_id: int
-    link_display_name: str | None
-    username: str | None
-    limit_mode: str | None
-    limit_tokens: int | None
-    has_memories: bool
-
-
-_COLUMNS = len(_Account._fields)
-
-_FIND = (
-    sqlalchemy.select(
-        col(User.id),
-        col(User.role),
-        col(User.display_name),
-        col(PlatformLink.id),
-        col(PlatformLink.display_name),
-        col(PlatformLink.username),
-        col(Budget.limit_mode),
-        col(Budget.limit_tokens),
-        exists().where(col(Memory.user_id) == col(User.id)).label("has_memories"),
-    )
-    .join(PlatformLink, col(PlatformLink.user_id) == col(User.id))
-    .outerjoin(Budget, col(Budget.user_id) == col(User.id))
-    .where(
-        col(PlatformLink.platform) == bindparam("a_platform"),
-        col(PlatformLink.platform_user_id) == bindparam("a_user"),
-    )
-)
-"""An account's user and link (`_find`), built once: it runs for every message
-of someone not seen lately, a new user's first one included. The user's budget
-limit and whether they have memories ride along (`AccountRead`)."""
-
-
-def _find_or_ids_statement() -> Any:
-    """PostgreSQL: `_FIND`'s row, or when there is none, one with NULLs and
-    the next ids of users and platform_links (taken only then)."""
-    found = _FIND.subquery("found")
-
-    def next_id(table: str) -> Any:
-        return func.nextval(func.pg_get_serial_sequence(table, "id"))
-
-    missing = found.c[0].is_(None)
-    return sqlalchemy.select(
-        *found.c,
-        case((missing, next_id("users"))).label("next_user_id"),
-        case((missing, next_id("platform_links"))).label("next_link_id"),
-    ).select_from(sqlalchemy.select(literal(1)).subquery("one").outerjoin(found, true()))
-
-
-_FIND_OR_IDS = _find_or_ids_statement()

@@ -6,17 +6,16 @@ one per tool call (name, error flag, duration; what the tool did when it says:
 ("server_tool": its web search's query and results); internal turns triggered by a
 run (memory flush, compaction) add theirs under the same run id. Spans are kept
 in the `RunState` while the run goes on and stored with the turn
-(`trace_spans`); `switchboard trace show RUN_ID` prints them. An LLM span's
-name is the model that answered as config names it ("openrouter/x"; a bare
-name: the built-in provider), so it says the provider too; a call that went
-on to the next model of its fallback chain adds an error span for each
-model that failed (`fallback_span`).
+(`trace_spans`: `bot.store.traces.span_rows`); `switchboard trace show RUN_ID`
+prints them. An LLM span's name is the model that answered as config names
+it ("openrouter/x"; a bare name: the built-in provider), so it says the
+provider too; a call that went on to the next model of its fallback chain
+adds an error span for each model that failed (`fallback_span`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,8 +23,6 @@ from typing import Literal
 
 from bot.config import plain_model
 from bot.llm.types import Fallback
-from bot.store.models import TraceSpan
-from bot.store.rows import NewRow, new_row
 from bot.types import Usage, utcnow
 
 SpanKind = Literal["llm", "tool", "server_tool", "compaction", "memory_flush"]
@@ -65,28 +62,6 @@ class Timer:
     @property
     def ms(self) -> int:
         return round((time.perf_counter() - self._t0) * 1000)
-
-
-def span_rows(run_id: str, spans: Iterable[Span]) -> list[NewRow]:
-    return [
-        new_row(
-            TraceSpan,
-            run_id=run_id,
-            kind=s.kind,
-            name=s.name[:128],
-            started_at=s.started_at,
-            duration_ms=s.duration_ms,
-            input_tokens=s.usage.input_tokens,
-            output_tokens=s.usage.output_tokens,
-            cache_read_tokens=s.usage.cache_read_tokens,
-            cache_write_tokens=s.usage.cache_write_tokens,
-            is_error=s.is_error,
-            detail=s.detail,
-            call_id=s.call_id,
-            parent_call_id=s.under,
-        )
-        for s in spans
-    ]
 
 
 def fallback_span(kind: SpanKind, fallback: Fallback) -> Span:

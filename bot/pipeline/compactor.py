@@ -23,20 +23,21 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from sqlmodel.ext.asyncio.session import AsyncSession
+
 from bot.accounts.budgets import Budgets
 from bot.accounts.identity import UserRecord
 from bot.agent.compaction import CompactionFailed, Summarizer
 from bot.agent.flush import MemoryFlush
 from bot.agent.history import NOBODY, Viewer, viewed_messages
-from bot.agent.traces import Span, span_rows
+from bot.agent.traces import Span
 from bot.config import Settings
 from bot.conversations import ConversationRecord, Conversations
 from bot.pipeline.turns import token_logs
 from bot.ports import ToolContext
 from bot.store import Store
 from bot.store.leases import Leases
-from bot.store.models import ConversationSummary
-from bot.store.rows import insert_rows, new_row
+from bot.store.summaries import NewSummary, save_summary
 
 log = logging.getLogger("switchboard.compaction")
 
@@ -197,29 +198,27 @@ class Compactor:
         run_id: str,
     ) -> None:
         tokens = sum(s.usage.total for s in result.spans)
-        async with self._store.write() as session:
-            summary = new_row(
-                ConversationSummary,
-                conversation_id=conversation.id,
-                up_to_message_id=result.up_to_message_id,
-                summary=text,
-                kind=result.kind,
-                messages=result.messages,
-                run_id=run_id,
-                model=self._summarizer.model,
-                error=result.error,
-            )
-            await insert_rows(session, [summary], wait=False)
-            await insert_rows(session, span_rows(run_id, result.spans), wait=False)
-            logs = token_logs(
-                [s for s in result.spans if s.kind != "tool"],
-                run_id=run_id,
-                user_id=user.id,
-                conversation_id=conversation.id,
-                platform=conversation.platform,
-                purpose="compaction",
-                prices=self._settings.llm.prices,
-            )
-            await insert_rows(session, logs, wait=False)
-            if tokens:
-                await self._budgets.charge(session, user.id, user.role, tokens)
+        summary = NewSummary(
+            conversation_id=conversation.id,
+            up_to_message_id=result.up_to_message_id,
+            summary=text,
+            kind=result.kind,
+            messages=result.messages,
+            run_id=run_id,
+            model=self._summarizer.model,
+            error=result.error,
+        )
+        logs = token_logs(
+            [s for s in result.spans if s.kind != "tool"],
+            run_id=run_id,
+            user_id=user.id,
+            conversation_id=conversation.id,
+            platform=conversation.platform,
+            purpose="compaction",
+            prices=self._settings.llm.prices,
+        )
+
+        async def charge(session: AsyncSession) -> object:
+            return await self._budgets.charge(session, user.id, user.role, tokens)
+
+        await save_summary(self._store, summary, result.spans, logs, charge if tokens else None)

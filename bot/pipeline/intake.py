@@ -111,9 +111,9 @@ class Inbox:
         self.owner = owner
         """This instance, as it appears in `lease_owner`."""
         self.lease = timedelta(seconds=lease_seconds)
-        self._batch = None if store.is_sqlite else Batch(store)
+        self._batch = Batch(store) if store.combines else None
         """PostgreSQL: messages accepted at the same moment share one INSERT."""
-        self.joins = not store.is_sqlite
+        self.joins = store.combines
         """Whether a write can join a message's INSERT (`Joined`): PostgreSQL."""
 
     async def accept(
@@ -177,7 +177,7 @@ class Inbox:
                 async with self._store.write(fresh=True) as session:
                     await execute(session, ACCEPT, values)
                 return True
-            async with self._store.write_urgent(fresh=True) as session:
+            async with self._store.write(fresh=True, urgent=True) as session:
                 # Not waited for: on PostgreSQL it goes out with `also`'s first
                 # statement (a redelivery fails that statement, and so the
                 # transaction, with the same IntegrityError).

@@ -140,8 +140,8 @@ class RunMeter:
             if decision.hold is not None or decision.figures is None:
                 return decision
             left = self.wait_limit - self.waited
-            if not decision.wait or left <= 0:
-                if decision.wait:
+            if not decision.waits or left <= 0:
+                if decision.waits:
                     log.warning(
                         "budget.wait_over user=%s run=%s after %.1fs: %s",
                         self.user_id,

@@ -218,7 +218,7 @@ class TurnWriter:
                 self._budgets,
                 self._outbox,
                 replies,
-                at_once=not self._store.is_sqlite,
+                at_once=self._store.combines,
             )
         if rows.release_holds:  # a message here may wait for them
             self._budgets.releases.wake(rows.user_id)

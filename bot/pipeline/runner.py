@@ -168,7 +168,7 @@ class Runner:
                 return await s.budgets.check(user), history
             except BudgetRefused as refused:
                 return refused, history
-        async with s.store.read_warm() as session:  # all reads of a run, one session
+        async with s.store.read(warm=True) as session:  # all reads of a run, one session
             history = await s.conversations.state(session, conversation)
             try:
                 return await s.budgets.check(user, session), history

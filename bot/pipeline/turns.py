@@ -25,7 +25,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.accounts.budgets import Budgets, Charge
 from bot.accounts.identity import UserRecord
 from bot.agent.state import RunInput, RunState
-from bot.agent.traces import Span, span_rows
+from bot.agent.traces import Span
 from bot.config import Price
 from bot.conversations import ConversationRecord
 from bot.errors import BotError
@@ -36,6 +36,7 @@ from bot.pipeline.intake import OPEN_STATES
 from bot.pipeline.outbox import Outbox, Outgoing
 from bot.store.models import InboxItem, Message, Run, StoredFile, TokenLog
 from bot.store.rows import MAX_KEPT_ROWS, NewRow, execute, insert_rows, keepable, multi_row, new_row
+from bot.store.traces import span_rows
 from bot.types import IncomingMessage, Reply, Role, utcnow
 
 STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"

@@ -24,9 +24,9 @@ from sqlalchemy import func, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.accounts import holds
 from bot.scheduling.parse import TriggerKind, TriggerSpec
 from bot.store import Store
+from bot.store.budget_rows import release_dead_holds
 from bot.store.coordination import announce_jobs
 from bot.store.models import Conversation, ScheduledJob
 from bot.types import utcnow
@@ -226,8 +226,7 @@ class Jobs:
             key = select(Conversation.key).where(Conversation.id == job.conversation_id)
             found = (await session.exec(key)).first()
             if found is not None:
-                release = holds.release_dead([(job.lease_owner, found)])
-                await session.exec(release, params={"r_now": utcnow()})
+                await release_dead_holds(session, [(job.lease_owner, found)], utcnow())
         scheduled = job.fire_at or job.running_since or now
         job.running_since = now
         job.lease_owner, job.lease_expires_at = self.owner, utcnow() + self.lease

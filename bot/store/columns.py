@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime
+from sqlalchemy import DateTime, String, func, literal_column
 from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator
 
 
@@ -51,3 +53,26 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         assert isinstance(value, datetime)
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class utc_day(FunctionElement[str]):
+    """A UTC timestamp column as its day, "YYYY-MM-DD" text, in SQL: each
+    database's own function (`strftime` on SQLite, `to_char` on PostgreSQL),
+    its constants inline, so that the same day in a SELECT and its GROUP BY
+    renders as the same expression."""
+
+    type = String()
+    inherit_cache = True
+
+
+@compiles(utc_day, "sqlite")
+def _utc_day_sqlite(element: utc_day, compiler: Any, **kw: Any) -> str:
+    day = func.strftime(literal_column("'%Y-%m-%d'"), *element.clauses)
+    return compiler.process(day, **kw)  # type: ignore[no-any-return]
+
+
+@compiles(utc_day)
+def _utc_day(element: utc_day, compiler: Any, **kw: Any) -> str:
+    utc = func.timezone(literal_column("'UTC'"), *element.clauses)
+    day = func.to_char(utc, literal_column("'YYYY-MM-DD'"))
+    return compiler.process(day, **kw)  # type: ignore[no-any-return]

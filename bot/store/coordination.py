@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -86,6 +86,17 @@ async def announce_released(session: AsyncSession, store: Store, user_id: int) -
     of `user_id` were released (PostgreSQL; on SQLite one process serves, and
     its waiting messages look again on their own)."""
     await _announce(session, store, BUDGET, str(user_id))
+
+
+async def tell_released(store: Store, user_ids: Iterable[int]) -> None:
+    """Tell every instance, in a transaction of its own, that holds of these
+    users were released (PostgreSQL; on SQLite one process serves: nothing
+    to tell, no transaction)."""
+    if store.dialect != "postgresql":
+        return
+    async with store.write() as session:
+        for user_id in sorted(user_ids):
+            await announce_released(session, store, user_id)
 
 
 async def announce_jobs(session: AsyncSession, store: Store, job_id: int) -> None:

@@ -55,7 +55,14 @@ URGENT_POOL_SIZE = 5
 
 
 class Store:
-    """Owns the engine. `write()` and `read()` hand out sessions in a transaction."""
+    """Owns the engine and hands out sessions, three ways (one line each):
+
+    - `write(fresh=, urgent=)`: a transaction, committed on exit (`fresh`: see
+      other processes' commits first; `urgent`: PostgreSQL's intake pool);
+    - `write_one(urgent=)`: one statement atomic by itself (PostgreSQL:
+      autocommit on kept connections; SQLite: `write()`);
+    - `read(heavy=, warm=)`: autocommit reads (`heavy`: off SQLite's loop;
+      `warm`: after our own writes, SQLite's idle writer)."""
 
     def __init__(
         self,
@@ -189,17 +196,33 @@ class Store:
         return self.dialect == "sqlite"
 
     @property
+    def combines(self) -> bool:
+        """Whether writes of one transaction can go as one statement (parts as
+        data-modifying CTEs, `bot.store.rows.combined`): PostgreSQL. On SQLite
+        each is a statement of its own, queued without a round trip."""
+        return self.dialect != "sqlite"
+
+    @property
     def sqlite_writes(self) -> WriteStats | None:
         """SQLite: this process's writes so far (waits, shared commits)."""
         return self._group.stats if self._write_lock is not None else None
 
     @asynccontextmanager
-    async def write(self, *, fresh: bool = False) -> AsyncIterator[AsyncSession]:
-        """A session in a write transaction, committed on exit, rolled back on
-        error. `fresh` (where a message starts: its intake, a wakeup's claim,
-        a recovered message's; before anything of it is read from the caches):
+    async def write(
+        self, *, fresh: bool = False, urgent: bool = False
+    ) -> AsyncIterator[AsyncSession]:
+        """A write transaction, committed on exit, rolled back on error.
+
+        `fresh` (where a message starts: its intake, a wakeup's claim, a
+        recovered message's; before anything of it is read from the caches):
         on SQLite, first see whether another process wrote since
-        (`bot.store.outside`; PostgreSQL's instances hear it instead)."""
+        (`bot.store.outside`; PostgreSQL's instances hear it instead).
+        `urgent`: on PostgreSQL, on the connections kept for intake and
+        leases (SQLite has one writer either way)."""
+        if urgent and self._write_lock is None:
+            async with in_transaction(self._urgent) as session:
+                yield session
+            return
         if self._write_lock is None:
             async with in_transaction(self._writer) as session:
                 yield session
@@ -248,26 +271,16 @@ class Store:
         """A session for one write statement, atomic by itself (several parts
         combined: `bot.store.rows.combined`): on PostgreSQL in autocommit, no
         BEGIN and COMMIT round trips (`urgent`: on the connections kept for
-        intake and leases, as `write_urgent`); on SQLite, `write()`. On the
-        plain path its parts are statements of their own: a transaction."""
+        intake and leases, as `write(urgent=True)`); on SQLite, `write()`. On
+        the plain path its parts are statements of their own: a transaction."""
         if self._write_lock is not None or not self.fast_path:
-            async with self.write_urgent() if urgent else self.write() as session:
+            async with self.write(urgent=urgent) as session:
                 yield session
             return
         sessions, kept = (
             (self._urgent_alone, self._kept_urgent) if urgent else (self._alone, self._kept)
         )
         async with in_transaction(sessions) if kept is None else on_kept(sessions, kept) as session:
-            yield session
-
-    @asynccontextmanager
-    async def write_urgent(self, *, fresh: bool = False) -> AsyncIterator[AsyncSession]:
-        """`write()` on the connections kept for intake and leases (PostgreSQL)."""
-        if self._write_lock is None:
-            async with in_transaction(self._urgent) as session:
-                yield session
-            return
-        async with self.write(fresh=fresh) as session:
             yield session
 
     async def _sqlite_writer(self) -> Sessions:
@@ -352,10 +365,29 @@ class Store:
             await conn.execute(text("SELECT 1 FROM inbox LIMIT 1"))
 
     @asynccontextmanager
-    async def read(self, *, heavy: bool = False) -> AsyncIterator[AsyncSession]:
+    async def read(self, *, heavy: bool = False, warm: bool = False) -> AsyncIterator[AsyncSession]:
         """A session for reads: autocommit statements (on SQLite never blocking
-        writers); several statements are not one snapshot. `heavy`: reads that
-        may scan much (reports), kept off the event loop's thread on SQLite."""
+        writers); several statements are not one snapshot.
+
+        `heavy`: reads that may scan much (reports), kept off the event loop's
+        thread on SQLite. `warm`: reads that follow this process's own writes
+        (a run's history, after its intake): on SQLite, when no write is under
+        way or queued and none is left open for a group, on the writer's
+        connection, its write lock held meanwhile (a write that comes waits
+        for the read). Every commit of another connection drops a SQLite
+        connection's page cache, so the reader's is cold after each of ours,
+        while the writer's keeps what its own writes touched: a conversation's
+        history read so costs about a third less. Reads only: a write in the
+        block would wait for the lock it holds."""
+        lock = self._write_lock
+        if warm and lock is not None and not lock.locked() and self._writer_idle():
+            async with lock:
+                write = self._held_write
+                if write is not None and self._writer_idle():  # acquiring may have waited
+                    reading = in_direct_read(self._reader, write.connection, write.driver)
+                    async with reading as session:
+                        yield session
+                    return
         if not heavy and self._kept is not None:  # PostgreSQL
             async with on_kept(self._reader, self._kept) as session:
                 yield session
@@ -376,29 +408,6 @@ class Store:
         with sqlite_driver.off_the_loop():
             async with in_transaction(self._reader) as session:
                 yield session
-
-    @asynccontextmanager
-    async def read_warm(self) -> AsyncIterator[AsyncSession]:
-        """`read()` for the reads that follow this process's own writes (a
-        run's history, after its intake): on SQLite, when no write is under
-        way or queued and none is left open for a group, on the writer's
-        connection, its write lock held meanwhile (a write that comes waits
-        for the read). Every commit of another connection drops a SQLite
-        connection's page cache, so the reader's is cold after each of ours,
-        while the writer's keeps what its own writes touched: a
-        conversation's history read so costs about a third less. Reads only:
-        a write in the block would wait for the lock it holds."""
-        lock = self._write_lock
-        if lock is not None and not lock.locked() and self._writer_idle():
-            async with lock:
-                write = self._held_write
-                if write is not None and self._writer_idle():  # acquiring may have waited
-                    reading = in_direct_read(self._reader, write.connection, write.driver)
-                    async with reading as session:
-                        yield session
-                    return
-        async with self.read() as session:
-            yield session
 
     def _writer_idle(self) -> bool:
         """SQLite: the writer's connection is there, usable on the loop, and

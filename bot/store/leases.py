@@ -139,7 +139,7 @@ class Leases:
 
     async def renew(self) -> list[str]:
         """Extend this instance's leases; returns the ones asked to stop."""
-        async with self._store.write_urgent() as session:
+        async with self._store.write(urgent=True) as session:
             rows = await session.exec(
                 update(Lease)
                 .where(col(Lease.owner) == self.owner, col(Lease.expires_at) >= utcnow())

@@ -1,17 +1,69 @@
-"""Reading what runs did: the recent runs (with their conversation and the
-user's first account) and one run's trace (its spans and estimated cost).
-Shared by `switchboard trace list|show` and the admin dashboard's runs pages."""
+"""What runs did: a run's spans as the rows its turn (or compaction) writes
+(`span_rows`), and reading them back: the recent runs (with their
+conversation and the user's first account) and one run's trace (its spans
+and estimated cost), shared by `switchboard trace list|show` and the admin
+dashboard's runs pages."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy import func
 from sqlmodel import col, select
 
 from bot.store.db import Store
 from bot.store.models import Conversation, PlatformLink, Run, TokenLog, TraceSpan
+from bot.store.rows import NewRow, new_row
+from bot.types import Usage
+
+
+class SpanFacts(Protocol):
+    """What a span row records of a step of a run (`bot.agent.traces.Span`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def started_at(self) -> datetime: ...
+    @property
+    def duration_ms(self) -> int: ...
+    @property
+    def usage(self) -> Usage: ...
+    @property
+    def is_error(self) -> bool: ...
+    @property
+    def detail(self) -> str | None: ...
+    @property
+    def call_id(self) -> str | None: ...
+    @property
+    def under(self) -> str | None: ...
+
+
+def span_rows(run_id: str, spans: Iterable[SpanFacts]) -> list[NewRow]:
+    """The run's spans as the `trace_spans` rows its write inserts."""
+    return [
+        new_row(
+            TraceSpan,
+            run_id=run_id,
+            kind=s.kind,
+            name=s.name[:128],
+            started_at=s.started_at,
+            duration_ms=s.duration_ms,
+            input_tokens=s.usage.input_tokens,
+            output_tokens=s.usage.output_tokens,
+            cache_read_tokens=s.usage.cache_read_tokens,
+            cache_write_tokens=s.usage.cache_write_tokens,
+            is_error=s.is_error,
+            detail=s.detail,
+            call_id=s.call_id,
+            parent_call_id=s.under,
+        )
+        for s in spans
+    ]
 
 
 @dataclass(frozen=True, slots=True)

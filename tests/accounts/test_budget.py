@@ -125,7 +125,7 @@ async def test_settling_releases_the_hold_and_charges_what_was_used(store: Store
     first = await budgets.reserve(user.id, Role.GUEST, owner, 40, 40)
     assert first.hold is not None and (first.hold.tokens, first.max_tokens) == (80, 40)
     other = await budgets.reserve(user.id, Role.GUEST, HoldOwner("run-2", "c2"), 10, 20)
-    assert (other.hold, other.wait) == (None, True)  # 80 held of 100: wait for it
+    assert (other.hold, other.waits) == (None, True)  # 80 held of 100: wait for it
     result = await budgets.settle(first.hold, 25)
     assert result is not None and (result.used, result.overage) == (25, 0)
     async with store.read() as session:

@@ -93,7 +93,7 @@ async def test_a_hold_is_capped_to_what_is_left_and_a_refusal_has_its_figures(st
     assert fits.hold is not None and (fits.max_tokens, fits.hold.tokens) == (300, 1300)
     await budgets.settle(fits.hold, 1300)
     refused = await budgets.reserve(user.id, Role.GUEST, owner, 1000, 4096)
-    assert (refused.hold, refused.wait) == (None, False)
+    assert (refused.hold, refused.waits) == (None, False)
     assert refused.figures == Figures(5000, 0, 1256, 5000, current_period())
 
 
@@ -103,7 +103,7 @@ async def test_only_other_calls_in_the_way_means_waiting_not_refusal(store: Stor
     first = await budgets.reserve(user.id, Role.GUEST, HoldOwner("a", "k1"), 1000, 4000)
     assert first.hold is not None and first.hold.tokens == 5000  # all of it, capped
     second = await budgets.reserve(user.id, Role.GUEST, HoldOwner("b", "k2"), 500, 4096)
-    assert (second.hold, second.wait) == (None, True)
+    assert (second.hold, second.waits) == (None, True)
     assert second.figures is not None and second.figures.held == 5000
     async with store.read() as session:
         row = await session.get(Budget, user.id)
@@ -132,7 +132,7 @@ async def test_concurrent_reservations_for_one_user_never_over_commit(database: 
         )
         held = [d.hold for d in decisions if d.hold is not None]
         assert 2 <= len(held) < 30  # some fit, and the rest had to wait
-        assert all(d.wait for d in decisions if d.hold is None)
+        assert all(d.waits for d in decisions if d.hold is None)
         rows = await live_holds(stores[0])
         assert sum(row.tokens for row in rows) == sum(h.tokens for h in held) <= allowance
         # settled with all they held: used reaches the allowance, never passes it

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from bot.accounts import budgets as budgets_module
-from bot.accounts import identity as identity_module
 from bot.accounts.budgets import Budgets
 from bot.accounts.directory import Directory
 from bot.accounts.identity import Identity
 from bot.errors import BudgetExceeded
+from bot.store import accounts as account_rows
+from bot.store import budget_rows
 from bot.store import memories as memories_module
 from bot.store.coordination import ACCOUNT
 from bot.store.memories import MemoryStore
@@ -84,7 +84,7 @@ async def test_a_limit_read_while_it_was_set_is_not_cached(
         await Budgets(other, app.settings.budgets).set_limit(user.id, "fixed", 0)
 
     done = await change_heard_during_a_read(
-        app, database, monkeypatch, budgets_module, user.id, no_tokens_left
+        app, database, monkeypatch, budget_rows, user.id, no_tokens_left
     )
     status = await s.budgets.check(user)  # the read that began before the change
     assert done and status.limit is None  # what it read: unlimited, as before the change
@@ -105,7 +105,7 @@ async def test_a_role_read_while_it_was_changed_is_not_cached(
         await Directory(other, Identity(other, ())).set_role(user.id, Role.ADMIN)
 
     done = await change_heard_during_a_read(
-        app, database, monkeypatch, identity_module, user.id, made_admin
+        app, database, monkeypatch, account_rows, user.id, made_admin
     )
     before = await s.identity.resolve(message("again"))  # began before the change
     assert done and before.role is Role.GUEST

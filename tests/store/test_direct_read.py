@@ -113,7 +113,7 @@ async def test_heavy_reads_go_the_usual_way(sqlite_store: Store) -> None:
         assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 1}
 
 
-# --- reads that follow this process's writes (`Store.read_warm`) ------------------
+# --- reads that follow this process's writes (`Store.read(warm=True)`) ------------------
 
 
 def warm_driver(session: Any) -> Any:
@@ -127,18 +127,18 @@ async def test_a_warm_read_runs_on_the_idle_writer_and_sees_every_commit(
     await write(store, item("a", 1))
     writer = store._held_write
     assert writer is not None
-    async with store.read_warm() as session:
+    async with store.read(warm=True) as session:
         assert warm_driver(session) is writer.driver
         assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 1}
     # another process's commit (the CLI, say) is seen by the next warm read
     with sqlite3.connect(tmp_path / "sqlite.db") as other:
         other.execute("UPDATE inbox SET payload = '{\"n\": 7}' WHERE event_id = 'a'")
-    async with store.read_warm() as session:
+    async with store.read(warm=True) as session:
         assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 7}
     # nothing was begun on the writer: the next write goes as ever
     assert not writer.driver.in_write()
     await write(store, item("b", 2))
-    async with store.read_warm() as session:
+    async with store.read(warm=True) as session:
         assert (await execute(session, BY_EVENT, {"r_event": "b"})).scalar() == {"n": 2}
 
 
@@ -152,13 +152,13 @@ async def test_a_warm_read_during_a_write_reads_on_the_reader_and_not_its_rows(
         await insert_rows(session, [item("b", 2)])  # not committed yet
 
         async def warm_read() -> None:
-            async with store.read_warm() as reading:
+            async with store.read(warm=True) as reading:
                 assert warm_driver(reading) is not store._held_write.driver  # type: ignore[union-attr]
                 seen.append((await execute(reading, BY_EVENT, {"r_event": "b"})).scalar())
 
         await asyncio.wait_for(warm_read(), 5)  # does not wait for the write
     assert seen == [None]
-    async with store.read_warm() as session:
+    async with store.read(warm=True) as session:
         assert (await execute(session, BY_EVENT, {"r_event": "b"})).scalar() == {"n": 2}
 
 
@@ -167,7 +167,7 @@ async def test_a_write_that_comes_during_a_warm_read_waits_for_it_then_goes_on(
 ) -> None:
     store = sqlite_store
     await write(store, item("a", 1))
-    async with store.read_warm() as session:
+    async with store.read(warm=True) as session:
         assert warm_driver(session) is store._held_write.driver  # type: ignore[union-attr]
         writing = asyncio.create_task(write(store, item("b", 2)))
         await asyncio.sleep(0.05)
@@ -180,7 +180,7 @@ async def test_a_write_that_comes_during_a_warm_read_waits_for_it_then_goes_on(
 
 async def test_a_warm_read_reads_on_either_database(store: Store) -> None:
     await write(store, item("a", 1))
-    async with store.read_warm() as session:
+    async with store.read(warm=True) as session:
         assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 1}
 
 
@@ -193,20 +193,20 @@ async def test_a_failing_warm_read_leaves_the_writer_usable(sqlite_store: Store)
         .where(text("x = :r_x").bindparams(bindparam("r_x")))
     )
     with pytest.raises(DBAPIError):
-        async with store.read_warm() as session:
+        async with store.read(warm=True) as session:
             assert warm_driver(session) is store._held_write.driver  # type: ignore[union-attr]
             await execute(session, missing, {"r_x": 1})
     await asyncio.wait_for(write(store, item("b", 2)), 5)  # the lock was let go
-    async with store.read_warm() as session:
+    async with store.read(warm=True) as session:
         assert (await execute(session, BY_EVENT, {"r_event": "b"})).scalar() == {"n": 2}
     # a writer's connection found broken is not read on: the next write replaces it
     held = store._held
     assert held is not None
     await held.invalidate()
-    async with store.read_warm() as session:
+    async with store.read(warm=True) as session:
         assert warm_driver(session) is not store._held_write.driver  # type: ignore[union-attr]
         assert (await execute(session, BY_EVENT, {"r_event": "a"})).scalar() == {"n": 1}
     await write(store, item("c", 3))
-    async with store.read_warm() as session:
+    async with store.read(warm=True) as session:
         assert warm_driver(session) is store._held_write.driver  # type: ignore[union-attr]
         assert (await execute(session, BY_EVENT, {"r_event": "c"})).scalar() == {"n": 3}

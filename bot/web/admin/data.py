@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import func
-from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import col, select
 
 from bot.store import Store
+from bot.store.columns import utc_day
 from bot.store.models import DeliveryFailure, Message, TokenLog
 from bot.types import utcnow
 
@@ -27,20 +26,13 @@ class Day:
     """Every token the model read or wrote (input, output, cache)."""
 
 
-def _day_of(store: Store, column: Any) -> ColumnElement[Any]:
-    """`column` (a UTC timestamp) as "YYYY-MM-DD" text, in SQL."""
-    if store.is_sqlite:
-        return func.strftime("%Y-%m-%d", column)
-    return func.to_char(func.timezone("UTC", column), "YYYY-MM-DD")
-
-
 async def daily_activity(store: Store, days: int = 14, now: datetime | None = None) -> list[Day]:
     """The last `days` UTC days, oldest first, today included (zero when quiet)."""
     today = (now or utcnow()).astimezone(UTC).date()
     first = today - timedelta(days=days - 1)
     start = datetime(first.year, first.month, first.day, tzinfo=UTC)
-    message_day = _day_of(store, col(Message.created_at))
-    token_day = _day_of(store, col(TokenLog.created_at))
+    message_day = utc_day(col(Message.created_at))
+    token_day = utc_day(col(TokenLog.created_at))
     tokens = (
         col(TokenLog.input_tokens)
         + col(TokenLog.output_tokens)
