@@ -50,7 +50,7 @@ from bot.store import Store
 from bot.store.coordination import BUDGET, MISSED, announce_account, announce_released
 from bot.store.forgotten import Forgotten
 from bot.store.models import Budget
-from bot.store.rows import Write, execute
+from bot.store.rows import NewRow, Write, execute, insert_rows
 from bot.store.transient import retrying
 from bot.types import Role, utcnow
 
@@ -324,13 +324,17 @@ class Budgets:
         await execute(session, holds.AWAITED, until)
         return Decision(None, 0, figures, wait=True)
 
-    async def settle(self, hold: Hold, tokens: int) -> Charge | None:
+    async def settle(self, hold: Hold, tokens: int, log_row: NewRow | None = None) -> Charge | None:
         """Release `hold` and charge what the call really used, in one
-        transaction; other instances waiting for the user's holds are told
+        transaction, with the call's token log (`log_row`) when given: a run
+        that dies before its turn is written leaves no charge without its
+        log. Other instances waiting for the user's holds are told
         (PostgreSQL), this one's woken."""
         try:
             async with self._store.write() as session:
                 await execute(session, holds.RELEASE_ONE, {"r_hold": hold.id}, wait=False)
+                if log_row is not None:
+                    await insert_rows(session, [log_row], wait=False)
                 write = self.charge_write(hold.user_id, hold.role, tokens)
                 if write is None:
                     return None
