@@ -110,3 +110,35 @@ async def test_a_fire_still_running_here_is_not_taken_over_by_this_process(
     await app.scheduler.wait_idle()
     assert adapter.texts == ["Good morning."]
     assert fake_anthropic.request_count == 1
+
+
+async def test_a_fire_taken_over_elsewhere_while_it_ran_here_is_not_sent_here(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    """The soak: an instance restarted under load fired its missed wakeups,
+    and did not renew their 5-second leases before the other instance's
+    sweep took them over: both ran each wakeup and both sent it. Now the
+    fire's replies go out only while it is still this process's (its lease
+    extended as that is confirmed); the instance that took it over sends it
+    and finishes it."""
+    clock = FakeClock(utcnow())
+    app, adapter = await started(make_app, clock, platform="slack")
+    store = app.pipeline.s.store
+    created = await add_job(app, "in 1 minute", platform="slack")
+    clock.advance(minutes=1)
+    answer = threading.Event()
+    fake_anthropic.script(text_reply("Good morning.", hold=answer))
+    firing = asyncio.create_task(app.scheduler.run_due())
+    await fake_anthropic.wait_for_requests(1)
+    await expire(store, created.id)
+    other = Jobs(store, owner="instance-b", lease_seconds=30)
+    taken = await other.claim(created.id, utcnow(), timedelta(minutes=5))
+    assert taken is not None and taken.takeover
+
+    answer.set()
+    assert await firing == {created.id: "lease_lost"}
+    assert adapter.texts == []  # the other instance sends it
+    async with store.read() as session:
+        row = await session.get(ScheduledJob, created.id)
+    assert row is not None and row.lease_owner == "instance-b" and row.running_since is not None
+    assert row.run_count == 0  # not finished here: the other instance records its run
