@@ -407,13 +407,16 @@ class Pipeline:
         """Whether an earlier message of the conversation than this run's is
         still open: running on another instance, left by a process that died
         (its lease not over yet, or handed back at shutdown), or taken with
-        the lease from another sender (it would run after this one)."""
+        the lease from another sender (it would run after this one); or a
+        reply of the conversation is still unsent (a process died between a
+        turn and its delivery): the run would post before it."""
         msgs = [t.payload.origin for t in batch.tickets]
         keys = [m.dedupe_key for m in msgs if m.dedupe_key]
         if not keys:
             return False
         try:
-            return await self.s.inbox.earlier_unfinished(key, msgs[0].platform, keys)
+            where = (msgs[0].platform_channel_id, msgs[0].platform_thread_id)
+            return await self.s.inbox.earlier_unfinished(key, msgs[0].platform, keys, where)
         except Exception as exc:  # the run goes on: the order is the only thing at stake
             log.warning("inbox.order_not_checked conversation=%s: %s", key, exc)
             return False

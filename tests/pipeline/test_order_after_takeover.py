@@ -21,8 +21,9 @@ from sqlmodel import col
 from bot.pipeline.arrivals import Arrivals
 from bot.pipeline.control import Batch, RunControl, Ticket
 from bot.pipeline.intake import Inbox
-from bot.store.models import InboxItem
-from bot.types import Outcome, utcnow
+from bot.pipeline.outbox import Outbox
+from bot.store.models import InboxItem, OutboxItem
+from bot.types import Outcome, Reply, Target, utcnow
 from tests.fakes.anthropic import last_user_text, text_reply
 from tests.harness import RecordingAdapter, message
 from tests.waiting import wait_until
@@ -187,3 +188,40 @@ async def test_a_deferred_message_is_no_longer_in_hand(make_app, fake_anthropic)
     assert (await housekeeper.sweep()).messages == 2
     await housekeeper.wait_idle()
     assert adapter.texts == ["re: second"]
+
+
+async def test_the_next_message_waits_for_a_reply_a_dead_instance_left_unsent(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    """The soak (seed 7, PostgreSQL): an instance stopped between a turn and
+    its delivery; the conversation's next message ran on the other instance
+    and its streamed answer was posted before the recovered reply to the
+    earlier one. The next message now waits in the inbox while a reply of
+    its conversation is unsent; recovery sends that reply, then runs it."""
+    fake_anthropic.responder = lambda body: text_reply(
+        "re: " + last_user_text(body).splitlines()[-1]
+    )
+    app = await make_app(budgets={"guest": "unlimited"})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    store = app.pipeline.s.store
+    dead = Outbox(store, "instance-that-died", 60)
+    await dead.store([Reply("re: first", Target(platform="console", channel_id="room"))])
+
+    handled = asyncio.create_task(app.pipeline.handle(message("second", event_id="e2")))
+    assert (await handled).status == "queued"
+    await asyncio.sleep(0)  # its done callbacks
+    assert fake_anthropic.request_count == 0
+
+    async with store.write() as session:  # the dead sender's lease ends
+        await session.exec(
+            update(OutboxItem).values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    housekeeper = app.housekeeper
+    housekeeper.platforms = ["console"]
+    for _ in range(5):  # the reply is sent; the message runs once it is
+        await housekeeper.sweep()
+        await housekeeper.wait_idle()
+        if len(adapter.texts) == 2:
+            break
+    assert adapter.texts == ["re: first", "re: second"]
