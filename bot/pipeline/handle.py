@@ -414,6 +414,8 @@ class Pipeline:
         keys = [m.dedupe_key for m in msgs if m.dedupe_key]
         if not keys:
             return False
+        if any(_ahead_and_apart(item, msgs[0]) for item in pending):
+            return True
         try:
             where = (msgs[0].platform_channel_id, msgs[0].platform_thread_id)
             return await self.s.inbox.earlier_unfinished(key, msgs[0].platform, keys, where)
@@ -585,3 +587,15 @@ class Pipeline:
             await self._delivery.conclude([msg], state)
         except Exception:
             log.exception("inbox.finish_failed platform=%s", msg.platform)
+
+
+def _ahead_and_apart(item: Taken, first: IncomingMessage) -> bool:
+    """Whether `item`, taken with the conversation's lease, was received
+    before `first` and would not join its run (another sender's; not a
+    message of a person): `_adopt_pending` would run it after this run."""
+    try:
+        msg = item.message()
+    except (ValueError, TypeError, KeyError):
+        return False  # unreadable: recovery records it as failed
+    joins = item.deliver and msg.source == "user" and msg.platform_user_id == first.platform_user_id
+    return msg.received_at < first.received_at and not joins

@@ -225,3 +225,43 @@ async def test_the_next_message_waits_for_a_reply_a_dead_instance_left_unsent(
         if len(adapter.texts) == 2:
             break
     assert adapter.texts == ["re: first", "re: second"]
+
+
+async def test_a_new_senders_message_waits_for_an_earlier_one_handed_back_at_shutdown(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    """The soak (seed 7, PostgreSQL): a thread's message was handed back to
+    the inbox by an instance stopping (SIGTERM); a later message of another
+    person in the thread, a new user, took the conversation's lease and that
+    waiting message with it at intake, and ran first: the earlier message,
+    another sender's, was left to run after it. Now the later one waits; the
+    sweep runs both, in order."""
+    fake_anthropic.responder = lambda body: text_reply(
+        "re: " + last_user_text(body).splitlines()[-1]
+    )
+    app = await make_app(budgets={"guest": "unlimited"})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    store = app.pipeline.s.store
+    stopping = Inbox(store, "instance-that-stopped", 60)
+    assert await stopping.accept(message("first", event_id="e1", platform_user_id="bob"))
+    async with store.write() as session:  # handed back as it stopped
+        await session.exec(
+            update(InboxItem).values(state="pending", lease_owner=None, lease_expires_at=utcnow())
+        )
+
+    handled = asyncio.create_task(
+        app.pipeline.handle(message("second", event_id="e2", platform_user_id="carol"))
+    )
+    assert (await handled).status == "queued"
+    await asyncio.sleep(0)  # its done callbacks
+    assert fake_anthropic.request_count == 0
+
+    housekeeper = app.housekeeper
+    housekeeper.platforms = ["console"]
+    for _ in range(5):
+        await housekeeper.sweep()
+        await housekeeper.wait_idle()
+        if len(adapter.texts) == 2:
+            break
+    assert adapter.texts == ["re: first", "re: second"]
