@@ -32,7 +32,7 @@ from bot.accounts.identity import Also, Identity
 from bot.conversations import RECORD_WIDTH, Conversations, created
 from bot.pipeline.control import RunControl
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Joined, Taken, WithMessage, taken
-from bot.pipeline.waiting import take_with_waiting
+from bot.pipeline.waiting import UNFINISHED, take_with_waiting, unfinished_params
 from bot.store.leases import Held, Leases
 from bot.store.rows import Write, execute
 from bot.types import IncomingMessage
@@ -53,6 +53,9 @@ class Early:
     user_id: int | None = None
     """whom the lease says it runs for: the sender's user id as last known here
     (the run corrects it when the account changed since, `take_conversation`)"""
+    unfinished: bool = False
+    """an earlier message of the conversation is unfinished on another
+    instance (`bot.pipeline.waiting.UNFINISHED`): the run must wait"""
 
 
 NOTHING = Early(None)
@@ -117,10 +120,10 @@ class EarlyLeases:
                 write, took = self._joint(attempt)
                 took(list((await execute(session, *write)).all()))
                 return
-            held, waiting = await take_with_waiting(
+            held, waiting, unfinished = await take_with_waiting(
                 session, self._leases, self._inbox, attempt.key, attempt.user_id
             )
-            attempt.took = Early(held, tuple(waiting), user_id=attempt.user_id)
+            attempt.took = Early(held, tuple(waiting), False, attempt.user_id, unfinished)
 
         return take
 
@@ -131,12 +134,18 @@ class EarlyLeases:
         (`lease_then_claim`, with `first` when given), and what records their
         outcome from its rows (without `first`'s columns)."""
         name = CONVERSATION_LEASE + attempt.key
-        lease, held = self._leases.acquiring(name, user_id=attempt.user_id)
+        (statement, params), held = self._leases.acquiring(
+            name, user_id=attempt.user_id, also=UNFINISHED
+        )
+        lease = (statement, params | unfinished_params(self._inbox, attempt.key))
 
         def took(rows: list[Any]) -> None:
-            if rows:  # the lease was taken; a row per message claimed (none: NULLs)
-                claimed = taken(row[1:] for row in rows if row[1] is not None)
-                attempt.took = Early(held, tuple(claimed), user_id=attempt.user_id)
+            # the lease was taken: (token, unfinished, the message's columns…),
+            # a row per message claimed (none: NULLs)
+            if rows:
+                claimed = taken(row[2:] for row in rows if row[2] is not None)
+                unfinished = bool(rows[0][1])
+                attempt.took = Early(held, tuple(claimed), False, attempt.user_id, unfinished)
 
         return lease_then_claim(lease, self._inbox.claiming(attempt.key), first), took
 
@@ -231,7 +240,7 @@ def lease_then_claim(lease: Write, claim: Write, first: Write | None = None) -> 
     """PostgreSQL: the lease's upsert (returning its token when taken) and,
     only when it takes the lease, the claim (returning the messages taken), as
     one statement. Its rows: none when the lease was not taken; else one per
-    message claimed, (token, the message's columns…), or one with NULLs for
+    message claimed, (the lease's columns…, the message's columns…), or one with NULLs for
     the message when none waited. With `first` (a statement returning one
     row, run as a part too) every row starts with that row's columns, and
     there is one row with NULLs after them when the lease was not taken.
@@ -242,7 +251,7 @@ def lease_then_claim(lease: Write, claim: Write, first: Write | None = None) -> 
     if known is None or any(a is not b for a, b in zip(known, parts, strict=False)):
         taken_lease = lease[0].cte("lease")
         claimed = claim[0].where(exists(select(taken_lease.c.token))).cte("claimed")
-        columns = [taken_lease.c.token, *claimed.c]
+        columns = [*taken_lease.c, *claimed.c]
         joined = taken_lease.outerjoin(claimed, true())
         if first is not None:
             made = first[0].cte("first")

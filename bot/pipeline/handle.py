@@ -369,7 +369,7 @@ class Pipeline:
             await slot.take()
         # One run per conversation across instances: the conversation's lease
         # (and, for a message, what others left for it, in the same transaction).
-        held, pending, created = await take_conversation(
+        held, pending, created, unfinished = await take_conversation(
             self.s, self._early, conversation.key, user.id, first.source
         )
         if held is None:
@@ -378,7 +378,9 @@ class Pipeline:
             log.warning("wakeup.busy conversation=%s (running elsewhere)", conversation.key)
             return Outcome("failed")
         if first.source == "user":
-            if await self._earlier_unfinished(batch, conversation.key, pending):
+            # an earlier message of it open elsewhere (or a reply unsent), or
+            # one taken with the lease that would run after this one
+            if unfinished or any(_ahead_and_apart(item, first) for item in pending):
                 return await self._defer(batch, conversation.key, held, pending)
             self._left_for_us.discard(conversation.key)
             if await self._adopt_pending(batch, conversation, pending):
@@ -402,26 +404,6 @@ class Pipeline:
         finally:
             if held is not None:
                 await asyncio.shield(self._pass_on(conversation.key, held, ended))
-
-    async def _earlier_unfinished(self, batch: Batch, key: str, pending: list[Taken]) -> bool:
-        """Whether an earlier message of the conversation than this run's is
-        still open: running on another instance, left by a process that died
-        (its lease not over yet, or handed back at shutdown), or taken with
-        the lease from another sender (it would run after this one); or a
-        reply of the conversation is still unsent (a process died between a
-        turn and its delivery): the run would post before it."""
-        msgs = [t.payload.origin for t in batch.tickets]
-        keys = [m.dedupe_key for m in msgs if m.dedupe_key]
-        if not keys:
-            return False
-        if any(_ahead_and_apart(item, msgs[0]) for item in pending):
-            return True
-        try:
-            where = (msgs[0].platform_channel_id, msgs[0].platform_thread_id)
-            return await self.s.inbox.earlier_unfinished(key, msgs[0].platform, keys, where)
-        except Exception as exc:  # the run goes on: the order is the only thing at stake
-            log.warning("inbox.order_not_checked conversation=%s: %s", key, exc)
-            return False
 
     async def _defer(
         self, batch: Batch, key: str, held: Held | None = None, taken: Sequence[Taken] = ()

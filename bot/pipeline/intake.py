@@ -39,7 +39,7 @@ from bot.pipeline.codec import decode, encode
 from bot.pipeline.intake_batch import ACCEPT, Batch, redelivery
 from bot.ports import ChannelMark
 from bot.store import Store
-from bot.store.models import InboxItem, Lease, OutboxItem
+from bot.store.models import InboxItem, Lease
 from bot.store.rows import Write, combined, execute
 from bot.types import IncomingMessage, utcnow
 
@@ -331,46 +331,6 @@ class Inbox:
         taken.sort(key=lambda t: t.id)
         return taken
 
-    async def earlier_unfinished(
-        self,
-        conversation_key: str,
-        platform: str,
-        event_ids: Sequence[str],
-        where: tuple[str, str | None] | None = None,
-    ) -> bool:
-        """Whether a message of the conversation accepted before the first of
-        `event_ids` is still open and not this instance's (waiting for
-        another, running elsewhere, or left by a process that died): a run of
-        these must not go first. (This instance's own are in order here: the
-        messages waiting were claimed with the lease, and the ones in hand
-        queue in arrival order.) With `where` (the conversation's channel and
-        thread): also whether a reply there is still unsent in the outbox (a
-        process died between its turn and its delivery; recovery sends it):
-        this run must not post before it either."""
-        if not event_ids:
-            return False
-        first = (
-            select(func.min(InboxItem.id))
-            .where(
-                col(InboxItem.platform) == platform,
-                col(InboxItem.event_id).in_(list(event_ids)),
-            )
-            .scalar_subquery()
-        )
-        earlier = (
-            select(col(InboxItem.id))
-            .where(
-                col(InboxItem.conversation_key) == conversation_key,
-                col(InboxItem.state).in_(OPEN_STATES),
-                col(InboxItem.id) < first,
-                or_(col(InboxItem.lease_owner).is_(None), col(InboxItem.lease_owner) != self.owner),
-            )
-            .exists()
-        )
-        query = select(earlier if where is None else or_(earlier, _unsent(platform, *where)))
-        async with self._store.read() as session:
-            return bool((await execute(session, query)).scalar())
-
     async def requeue(self, platform: str, event_ids: Sequence[str]) -> int:
         """Give messages back to the queue (their conversation is running on
         another instance, which will take them): pending, leased to nobody; the
@@ -555,19 +515,4 @@ def finish_statement(
             col(InboxItem.state).in_(OPEN_STATES),
         )
         .values(**values)
-    )
-
-
-def _unsent(platform: str, channel_id: str, thread_id: str | None) -> Any:
-    """A reply to the conversation at (`channel_id`, `thread_id`) still unsent."""
-    thread = col(OutboxItem.thread_id)
-    return (
-        select(col(OutboxItem.id))
-        .where(
-            col(OutboxItem.state) == "pending",
-            col(OutboxItem.platform) == platform,
-            col(OutboxItem.channel_id) == channel_id,
-            thread.is_(None) if thread_id is None else thread == thread_id,
-        )
-        .exists()
     )

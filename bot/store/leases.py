@@ -84,8 +84,8 @@ class Leases:
     ) -> tuple[Write, Held]:
         """`acquire`'s statement and parameters, for a caller's combined write
         (it returns the lease's token when taken, no row when not; and `also`,
-        a column expression, after it when given), and the lease it takes
-        then."""
+        a column expression or a tuple of them, after it when given), and the
+        lease it takes then."""
         now = utcnow()
         expires = now + (self.lease if seconds is None else timedelta(seconds=seconds))
         token = secrets.token_hex(8)
@@ -113,7 +113,7 @@ class Leases:
             known = (
                 also,
                 _acquire_statement(self._store.dialect, also),
-                _release_statement().returning(also),
+                _release_statement().returning(*_columns(also)),
             )
             self._also[id(also)] = known
         return known[1], known[2]
@@ -219,7 +219,14 @@ def _acquire_statement(dialect: str, also: Any = None) -> Any:
         set_={k: base.excluded[k] for k in values if k != "name"},
         where=(col(Lease.owner) == bindparam("l_owner"))
         | (col(Lease.expires_at) < bindparam("l_now")),
-    ).returning(col(Lease.token), *(() if also is None else (also,)))
+    ).returning(col(Lease.token), *_columns(also))
+
+
+def _columns(also: Any) -> tuple[Any, ...]:
+    """`also` as the columns it adds to a RETURNING."""
+    if also is None:
+        return ()
+    return also if isinstance(also, tuple) else (also,)
 
 
 def _release_statement() -> Any:

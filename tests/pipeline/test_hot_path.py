@@ -381,6 +381,23 @@ async def test_when_nothing_waits_for_the_conversation_no_claim_is_run(make_app,
     assert all("EXISTS (SELECT" in s for s in lease)
 
 
+async def test_whether_an_earlier_message_is_unfinished_costs_no_read_of_its_own(
+    make_app, fake_anthropic
+):
+    """A run must not start while an earlier message of its conversation is
+    open on another instance (`test_order_after_takeover`): the statement
+    taking the conversation's lease asks it, at intake or before the run of
+    a message that took no lease at intake; no query of the inbox runs."""
+    app, _ = await open_app(make_app, budgets={"guest": "unlimited"})
+    await app.pipeline.handle(message("hi"))
+    with statements(app) as seen:
+        assert (await app.pipeline.handle(message("again"))).status == "answered"
+        app.pipeline.s.identity.forget()  # not seen lately: no lease at intake
+        assert (await app.pipeline.handle(message("and again"))).status == "answered"
+    assert [s for s in seen if s.startswith("SELECT") and "FROM inbox" in s] == []
+    assert sum("EXISTS (SELECT" in s and "lease_owner !=" in s for s in seen) == 2
+
+
 async def test_when_the_closing_transaction_fails_the_delivery_is_still_recorded(
     make_app, fake_anthropic, monkeypatch: pytest.MonkeyPatch
 ):

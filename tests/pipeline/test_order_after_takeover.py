@@ -190,6 +190,24 @@ async def test_a_deferred_message_is_no_longer_in_hand(make_app, fake_anthropic)
     assert adapter.texts == ["re: second"]
 
 
+async def test_a_message_that_took_no_lease_at_intake_waits_for_an_earlier_one_too(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    """Whether an earlier message is unfinished elsewhere is asked with the
+    conversation's lease: by intake's transaction, or, for a message whose
+    sender was not known here lately (no lease taken at intake), by the
+    transaction that takes the lease before its run; that one waits too."""
+    fake_anthropic.responder = lambda body: text_reply("re: " + last_user_text(body))
+    app = await make_app(budgets={"guest": "unlimited"})
+    app.attach(RecordingAdapter())
+    assert (await app.pipeline.handle(message("hello", event_id="e0"))).status == "answered"
+    app.pipeline.s.identity.forget()  # not seen lately: no lease at intake
+    dead = Inbox(app.pipeline.s.store, "instance-that-died", 60)
+    assert await dead.accept(message("first", event_id="e1"))
+    assert (await app.pipeline.handle(message("second", event_id="e2"))).status == "queued"
+    assert fake_anthropic.request_count == 1
+
+
 async def test_the_next_message_waits_for_a_reply_a_dead_instance_left_unsent(
     make_app, fake_anthropic
 ) -> None:  # type: ignore[no-untyped-def]
