@@ -39,14 +39,18 @@ _WAITING = (
 )
 
 
+_COLON, _EMPTY, _NONE = (literal_column(f"'{v}'") for v in (":", "", "-"))
 _UNSENT_TO = (
     col(OutboxItem.platform)
-    + ":"
+    + _COLON
     + col(OutboxItem.channel_id)
-    + ":"
-    + func.coalesce(func.nullif(col(OutboxItem.thread_id), ""), "-")
+    + _COLON
+    + func.coalesce(func.nullif(col(OutboxItem.thread_id), _EMPTY), _NONE)
 )
-"""An outbox row's conversation key (`bot.types.conversation_key` of its target)."""
+"""An outbox row's conversation key (`bot.types.conversation_key` of its
+target), with no bind parameter of its own: on PostgreSQL it is a part of
+one statement with others (`lease_then_claim`), whose anonymous parameters'
+names would clash."""
 
 UNFINISHED = or_(
     exists().where(
