@@ -56,9 +56,11 @@ bench: $(STAMP)  ## benchmarks (printed figures, no assertions)
 	$(BIN)/python -m tests.benchmarks.load
 	$(BIN)/python -m tests.benchmarks.frontdoor
 	$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000
+	$(BIN)/python -m tests.benchmarks.mechanisms
 	@if [ -n "$$SWITCHBOARD_TEST_POSTGRES_URL" ]; then \
 		$(BIN)/python -m tests.benchmarks.frontdoor --database postgres && \
-		$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000 --database postgres; fi
+		$(BIN)/python -m tests.benchmarks.frontdoor --burst 1000 --database postgres && \
+		$(BIN)/python -m tests.benchmarks.mechanisms --database postgres; fi
 	$(BIN)/python -m tests.benchmarks.flow
 	$(BIN)/python -m tests.benchmarks.instructions
 	$(BIN)/python -m tests.benchmarks.startup

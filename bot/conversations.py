@@ -34,12 +34,13 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.history_rows import KeptRows
-from bot.store import Store
+from bot.store import Store, mechanisms
 from bot.store.models import Conversation, ConversationSummary, Message, Run
 from bot.store.rows import NewRow, Write, execute, new_row
 from bot.types import IncomingMessage, conversation_key
 
 CACHE_LIMIT = 10_000
+_NO_CACHE = mechanisms.off("caches")
 
 
 class HistoryRow(NamedTuple):
@@ -267,7 +268,7 @@ class Conversations:
         self, platform: str, channel_id: str, thread_id: str | None, server_id: str | None
     ) -> ConversationRecord:
         key = conversation_key(platform, channel_id, thread_id)
-        found = self._cache.get(key)
+        found = None if _NO_CACHE else self._cache.get(key)
         if found is None:  # not seen here yet: created, or the row as stored
             async with self._store.write() as session:
                 found = await self._upsert(session, key, platform, channel_id, thread_id, server_id)
@@ -291,7 +292,7 @@ class Conversations:
         """`resolve_in`'s statement, for a caller that runs it as a part of a
         larger one (its row, `RECORD_WIDTH` columns, goes to `stored`); None
         when the conversation is known here (nothing to write)."""
-        if msg.conversation_key in self._cache:
+        if msg.conversation_key in self._cache and not _NO_CACHE:
             return None
         return self._upsert_write(
             _new_row(

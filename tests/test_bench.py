@@ -108,6 +108,20 @@ def test_front_door_closed_loop_measures_both_processes_in_turn() -> None:
     assert after(out, heading, r"throughput ratio\s+([\d.]+)×")
 
 
+def test_the_mechanisms_table_has_a_row_per_variant() -> None:
+    """One service per variant (all on, the plain path, each mechanism off)
+    beside the minimal bot: every message answered by each (the run would
+    time out), a row of figures for each."""
+    from tests.benchmarks.mechanisms import VARIANTS
+
+    out = run_bench(
+        "tests.benchmarks.mechanisms", "--messages", "4", "--in-flight", "1", "--rounds", "1"
+    )
+    heading = "mechanisms: 4 Slack DMs per variant, 1 in flight, sqlite, 1 rounds"
+    for name in [*VARIANTS["sqlite"], "minimal bot"]:
+        assert after(out, heading, rf"\n  {name} +([\d.]+) ")
+
+
 def test_every_mode_runs_on_one_given_database_file(tmp_path: Path) -> None:
     """`--database-url`: the modes share the file, and each mode's floor starts
     from a fresh database of its own (the second used to find the first's

@@ -46,7 +46,7 @@ from bot.accounts.holds import (
 )
 from bot.accounts.identity import AccountRead, UserRecord, current_period
 from bot.config import BudgetSettings
-from bot.store import Store
+from bot.store import Store, mechanisms
 from bot.store.coordination import BUDGET, MISSED, announce_account, announce_released
 from bot.store.forgotten import Forgotten
 from bot.store.models import Budget
@@ -58,6 +58,7 @@ log = logging.getLogger("switchboard.budget")
 
 LimitMode = Literal["role", "fixed", "unlimited"]
 LIMIT_CACHE_TTL_S = 10.0
+_NO_CACHE = mechanisms.off("caches")
 """How long a user's limit read from the database is trusted by `check`."""
 CACHE_LIMIT = 10_000
 
@@ -153,7 +154,7 @@ class Budgets:
     def _known_unlimited(self, user_id: int, role: Role) -> str | None:
         """The limit mode when the cached limit says unlimited, else None."""
         cached = self._limits.get(user_id)
-        if cached is None or time.monotonic() - cached[0] >= LIMIT_CACHE_TTL_S:
+        if cached is None or time.monotonic() - cached[0] >= LIMIT_CACHE_TTL_S or _NO_CACHE:
             return None
         _, mode, tokens = cached
         return mode if self._allowance(mode, tokens, role) is None else None

@@ -18,7 +18,7 @@ from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from bot.store import Store
+from bot.store import Store, mechanisms
 from bot.store.forgotten import Forgotten
 from bot.store.models import Budget, Memory, PlatformLink, User
 from bot.store.rows import execute, insert_returning_ids, insert_rows, new_row
@@ -27,6 +27,7 @@ from bot.types import IncomingMessage, Role, utcnow
 log = logging.getLogger("switchboard.identity")
 
 CACHE_TTL_S = 30.0
+_NO_CACHE = mechanisms.off("caches")
 """How long a resolved account is trusted without reading the database again.
 Changes made through this service take effect at once; so do changes made by
 another process sharing the database (the CLI, another instance), which this
@@ -142,6 +143,7 @@ class Identity:
         cached = self._cache.get((platform, platform_user_id))
         if (
             cached is not None
+            and not _NO_CACHE
             and time.monotonic() - cached[0] < CACHE_TTL_S
             and (not display_name or display_name == cached[1].display_name)
             and (not username or username == cached[2])

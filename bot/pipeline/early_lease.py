@@ -31,13 +31,23 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from bot.accounts.identity import Also, Identity
 from bot.conversations import RECORD_WIDTH, Conversations, created
 from bot.pipeline.control import RunControl
-from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Joined, Taken, WithMessage, taken
+from bot.pipeline.intake import (
+    CONVERSATION_LEASE,
+    Inbox,
+    Joined,
+    Taken,
+    WithMessage,
+    taken,
+)
 from bot.pipeline.waiting import UNFINISHED, take_with_waiting, unfinished_params
+from bot.store import mechanisms
 from bot.store.leases import Held, Leases
 from bot.store.rows import Write, execute
 from bot.types import IncomingMessage
 
 log = logging.getLogger("switchboard.pipeline")
+
+_OFF = mechanisms.off("early_lease")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,8 @@ class EarlyLeases:
         user_id = self._identity.last_id(msg)  # seen lately: a returning user
         if msg.source != "user" or user_id is None or self._control.busy(msg.conversation_key):
             return None
+        if _OFF:
+            return None
         return self.attempt(msg.conversation_key, user_id)
 
     def attempt(self, key: str, user_id: int) -> Attempt | None:
@@ -130,24 +142,15 @@ class EarlyLeases:
     def _joint(
         self, attempt: Attempt, first: Write | None = None
     ) -> tuple[Write, Callable[[list[Any]], None]]:
-        """PostgreSQL: the lease and the claim as one statement
-        (`lease_then_claim`, with `first` when given), and what records their
-        outcome from its rows (without `first`'s columns)."""
-        name = CONVERSATION_LEASE + attempt.key
-        (statement, params), held = self._leases.acquiring(
-            name, user_id=attempt.user_id, also=UNFINISHED
-        )
-        lease = (statement, params | unfinished_params(self._inbox, attempt.key))
+        """`joint_take` for the attempt: what records the outcome sets its `took`."""
+        write, outcome = joint_take(self._leases, self._inbox, attempt.key, attempt.user_id, first)
 
         def took(rows: list[Any]) -> None:
-            # the lease was taken: (token, unfinished, the message's columns…),
-            # a row per message claimed (none: NULLs)
-            if rows:
-                claimed = taken(row[2:] for row in rows if row[2] is not None)
-                unfinished = bool(rows[0][1])
-                attempt.took = Early(held, tuple(claimed), False, attempt.user_id, unfinished)
+            early = outcome(rows)
+            if early is not None:
+                attempt.took = early
 
-        return lease_then_claim(lease, self._inbox.claiming(attempt.key), first), took
+        return write, took
 
     def for_account(
         self, msg: IncomingMessage, conversations: Conversations
@@ -167,7 +170,7 @@ class EarlyLeases:
         key = msg.conversation_key
         if msg.source != "user" or self._identity.known(msg) is not None:
             return resolve_in, None  # no account to create
-        if self._control.busy(key):
+        if self._control.busy(key) or _OFF:
             return resolve_in, None
         attempt = self.attempt(key, 0)
         if attempt is None:
@@ -262,3 +265,31 @@ def lease_then_claim(lease: Write, claim: Write, first: Write | None = None) -> 
     if first is not None:
         params |= first[1]
     return known[3], params
+
+
+def joint_take(
+    leases: Leases,
+    inbox: Inbox,
+    key: str,
+    user_id: int | None,
+    first: Write | None = None,
+) -> tuple[Write, Callable[[list[Any]], Early | None]]:
+    """PostgreSQL: conversation `key`'s lease, the claim of the messages
+    waiting for it and whether an earlier one is unfinished elsewhere, as one
+    statement (`lease_then_claim`, with `first` when given); and what reads
+    their outcome from its rows (without `first`'s columns): None when the
+    lease was not taken."""
+    (statement, params), held = leases.acquiring(
+        CONVERSATION_LEASE + key, user_id=user_id, also=UNFINISHED
+    )
+    lease = (statement, params | unfinished_params(inbox, key))
+
+    def outcome(rows: list[Any]) -> Early | None:
+        # the lease was taken: (token, unfinished, the message's columns…),
+        # a row per message claimed (none: NULLs)
+        if not rows:
+            return None
+        claimed = taken(row[2:] for row in rows if row[2] is not None)
+        return Early(held, tuple(claimed), False, user_id, bool(rows[0][1]))
+
+    return lease_then_claim(lease, inbox.claiming(key), first), outcome

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot.pipeline.early_lease import EarlyLeases
+from bot.pipeline.early_lease import EarlyLeases, joint_take
 from bot.pipeline.intake import CONVERSATION_LEASE, Taken
 from bot.pipeline.services import Services
 from bot.pipeline.waiting import take_with_waiting
 from bot.store.leases import Held
+from bot.store.rows import execute
 
 log = logging.getLogger("switchboard.pipeline")
 
@@ -40,8 +41,16 @@ async def take_conversation(
                 log.warning("lease.relabel_failed lease=%s: %s", early.held.name, exc)
         return early.held, list(early.waiting), early.created, early.unfinished
     if source == "user":
-        # no lease taken at intake: the message waited for its turn; what
-        # another process changed meanwhile (an operator's CLI) is known first
+        # no lease taken at intake: the message waited for its turn (or came
+        # while the conversation's last run here was ending)
+        if s.inbox.joins:  # PostgreSQL: one statement, in autocommit
+            write, outcome = joint_take(s.leases, s.inbox, key, user_id)
+            async with s.store.write_one(urgent=True) as session:
+                taken = outcome(list((await execute(session, *write)).all()))
+            if taken is None:
+                return None, [], False, False
+            return taken.held, list(taken.waiting), False, taken.unfinished
+        # what another process changed meanwhile (an operator's CLI) is known first
         async with s.store.write(fresh=True) as session:
             held, waiting, unfinished = await take_with_waiting(
                 session, s.leases, s.inbox, key, user_id

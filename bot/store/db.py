@@ -39,7 +39,7 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import StartupError
-from bot.store import compat, direct, outside, sqlite_driver
+from bot.store import compat, direct, mechanisms, outside, sqlite_driver
 from bot.store.checkpoints import Checkpoints
 from bot.store.diagnose import explain, missing_tables
 from bot.store.files import ensure_directory, private_file
@@ -91,14 +91,14 @@ class Store:
             if self.url.database not in (None, "", ":memory:"):
                 # (SQLAlchemy's own choice for a file since 2.1; 2.0 chose NullPool)
                 pool = {"poolclass": AsyncAdaptedQueuePool, "pool_use_lifo": True}
-            if self.fast_path and pool:
+            if self.fast_path and pool and not mechanisms.off("sqlite_driver"):
                 database, options = _sqlite_connect_args(self.url)
                 # one thread hand-off per statement (`bot.store.sqlite_driver`)
                 pool["async_creator"] = lambda: sqlite_driver.connect(database, **options)
         elif self.fast_path:
-            pool = {**KeepingPool.sized(pool_size, max_overflow), "pool_timeout": pool_timeout}
+            pool = {**_pool(pool_size, max_overflow), "pool_timeout": pool_timeout}
             # statements run straight on asyncpg (`bot.store.direct.driver_of`)
-            pool["execution_options"] = {direct.ON_DRIVER: True}
+            pool["execution_options"] = {direct.ON_DRIVER: not mechanisms.off("plans")}
         else:
             pool = {
                 "pool_size": pool_size,
@@ -126,8 +126,8 @@ class Store:
             }
             if self.fast_path:
                 urgent = {
-                    **KeepingPool.sized(URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2),
-                    "execution_options": {direct.ON_DRIVER: True},
+                    **_pool(URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2),
+                    "execution_options": {direct.ON_DRIVER: not mechanisms.off("plans")},
                 }
             self.urgent_engine = create_async_engine(
                 url, connect_args=connect_args, pool_timeout=pool_timeout, **urgent
@@ -167,7 +167,7 @@ class Store:
         self._kept_urgent: Kept | None = None
         self._held_version: outside.ConnectionVersion | None = None
         """SQLite's plain path: the held connection's data version (`fresh`)"""
-        if self.dialect != "sqlite" and self.fast_path:
+        if self.dialect != "sqlite" and self.fast_path and not mechanisms.off("kept"):
             self._kept = Kept.within(self.engine, pool_size, max_overflow)
             self._kept_urgent = Kept.within(
                 self.urgent_engine, URGENT_POOL_SIZE, URGENT_POOL_SIZE * 2
@@ -444,9 +444,18 @@ DISPOSE_WAIT_S = 10.0
 """How long disposing waits for SQLite's writes in progress to finish."""
 
 
+def _pool(size: int, overflow: int) -> dict[str, Any]:
+    """PostgreSQL's pool on the fast path (`bot.store.pool`)."""
+    if mechanisms.off("keeping_pool"):
+        return {"pool_size": size, "max_overflow": overflow}
+    return KeepingPool.sized(size, overflow)
+
+
 def _driver_of(held: AsyncConnection | None) -> sqlite_driver.Connection | None:
     """The driver under a held connection when it is this service's SQLite
     driver (statements on the loop), else None."""
+    if mechanisms.off("plans"):
+        return None
     sync = held.sync_connection if held is not None else None
     driver = sync.connection.driver_connection if sync is not None else None
     return driver if isinstance(driver, sqlite_driver.Connection) else None

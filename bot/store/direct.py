@@ -33,7 +33,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement, Executable
 
-from bot.store import asyncpg_driver
+from bot.store import asyncpg_driver, mechanisms
 from bot.store.sqlite_driver import Connection as DriverConnection
 
 Driver = DriverConnection | asyncpg_driver.Driver
@@ -123,6 +123,8 @@ def returns_rows(statement: Executable) -> bool:
     return bool(list(getattr(statement, "exported_columns", ())))
 
 
+_NO_PLANS = mechanisms.off("plans")
+
 MAX_PLANS = 512
 _Family = tuple[Executable, tuple[str, ...], dict[tuple[int, ...], Plan]]
 _PLANS: dict[tuple[int, str, tuple[str, ...]], _Family] = {}
@@ -135,7 +137,7 @@ def driver_of(connection: AsyncConnection, statement: Executable, params: Any) -
     None when this path does not apply: another driver, no parameters (a
     statement built for one call), or an executemany with RETURNING (which
     SQLAlchemy turns into multi-row INSERTs)."""
-    if not params or (isinstance(params, list) and returns_rows(statement)):
+    if not params or (isinstance(params, list) and returns_rows(statement)) or _NO_PLANS:
         return None
     sync = connection.sync_connection
     if sync is None:

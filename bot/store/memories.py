@@ -25,7 +25,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, exists, func, text
 from sqlmodel import col, select
 
-from bot.store import Store
+from bot.store import Store, mechanisms
 from bot.store.coordination import announce_account
 from bot.store.forgotten import Forgotten
 from bot.store.models import Memory
@@ -41,6 +41,7 @@ yours please tell know about just like want need get
 """
 STOPWORDS = frozenset(re.findall(r"\w+", _STOPWORDS))
 NO_MEMORIES_TTL_S = 10.0
+_NO_CACHE = mechanisms.off("caches")
 """How long "this user has no memories" is trusted without asking the database."""
 CACHE_LIMIT = 10_000
 
@@ -158,10 +159,11 @@ class MemoryStore:
 
     async def _any(self, user_id: int) -> bool:
         """Whether the user has memories (cached, see the module doc)."""
-        if user_id in self._some:
-            return True
-        if self._none_lately(user_id):
-            return False
+        if not _NO_CACHE:
+            if user_id in self._some:
+                return True
+            if self._none_lately(user_id):
+                return False
         read_at = time.monotonic()
         async with self._store.read() as session:
             found = bool((await execute(session, _ANY, {"m_user_id": user_id})).scalar())
