@@ -20,7 +20,7 @@ before every run.
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, exists, func, literal_column, or_
+from sqlalchemy import ColumnClause, bindparam, exists, func, literal_column, or_
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -39,7 +39,9 @@ _WAITING = (
 )
 
 
-_COLON, _EMPTY, _NONE = (literal_column(f"'{v}'") for v in (":", "", "-"))
+_COLON: ColumnClause[str] = literal_column("':'")
+_EMPTY: ColumnClause[str] = literal_column("''")
+_NONE: ColumnClause[str] = literal_column("'-'")
 _UNSENT_TO = (
     col(OutboxItem.platform)
     + _COLON
