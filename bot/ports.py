@@ -38,7 +38,9 @@ class Meter(Protocol):
     """Budget control around each LLM call of a run: `before_call` reserves
     tokens for the request (raising `BudgetExceeded` when the allowance cannot
     cover it) and returns the `max_tokens` the call may use; `after_call`
-    settles the reservation to what the call really used (None: it failed).
+    settles the reservation to what the call really used (None: it failed),
+    and says whether the call's token log was written with that charge (the
+    run's turn then does not write it: `model` and `kind` are the span's).
     `role` is the user's role as `before_call` last found it: one changed while
     the run goes on (an operator's) shows there from the next call."""
 
@@ -46,7 +48,7 @@ class Meter(Protocol):
 
     async def before_call(self, request: LLMRequest) -> int: ...
 
-    async def after_call(self, usage: Usage | None) -> None: ...
+    async def after_call(self, usage: Usage | None, model: str = "", kind: str = "llm") -> bool: ...
 
 
 Effect = Literal["read", "private_write", "external"]

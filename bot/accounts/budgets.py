@@ -324,13 +324,17 @@ class Budgets:
         await budget_rows.mark_awaited(session, user_id, until)
         return Decision(None, 0, figures, waits=True)
 
-    async def settle(self, hold: Hold, tokens: int) -> Charge | None:
+    async def settle(
+        self, hold: Hold, tokens: int, log_row: budget_rows.TokenLogRow | None = None
+    ) -> Charge | None:
         """Release `hold` and charge what the call really used, in one
-        transaction; other instances waiting for the user's holds are told
+        transaction, with the call's token log (`log_row`) when given: a run
+        that dies before its turn is written leaves no charge without its
+        log. Other instances waiting for the user's holds are told
         (PostgreSQL), this one's woken."""
         try:
             async with self._store.write() as session:
-                await budget_rows.release_hold(session, hold.id)
+                await budget_rows.release_hold(session, hold.id, log_row)
                 write = self.charge_write(hold.user_id, hold.role, tokens)
                 if write is None:
                     return None

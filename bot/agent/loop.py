@@ -234,17 +234,19 @@ class _Run:
                 )
             )
             raise
-        usage = response.usage
+        usage, model = response.usage, response.model or spec.model
+        logged = False
         if spec.meter is not None:
-            await spec.meter.after_call(usage)
+            logged = await spec.meter.after_call(usage, model, spec.span_kind)
         self.state.spans.append(
             Span(
                 spec.span_kind,
-                response.model or spec.model,
+                model,
                 timer.started_at,
                 timer.ms,
                 usage,
                 detail=response.stop_reason,
+                logged=logged,
             )
         )
         self.state.spans.extend(server_spans(response.content, timer.started_at))

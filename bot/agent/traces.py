@@ -43,6 +43,9 @@ class Span:
     """A tool span's call (the model's tool_use id)."""
     under: str | None = None
     """A sub-agent's span: the call (`delegate_task`) it ran under."""
+    logged: bool = False
+    """An LLM call whose token log was written as it was settled (with the
+    charge, `Meter.after_call`): the turn does not write it again."""
 
     @property
     def model(self) -> str:

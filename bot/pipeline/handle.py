@@ -378,7 +378,9 @@ class Pipeline:
             log.warning("wakeup.busy conversation=%s (running elsewhere)", conversation.key)
             return Outcome("failed")
         if first.source == "user":
-            if unfinished:  # an earlier message of it is open elsewhere
+            # an earlier message of it open elsewhere (or a reply unsent), or
+            # one taken with the lease that would run after this one
+            if unfinished or any(_ahead_and_apart(item, first) for item in pending):
                 return await self._defer(batch, conversation.key, held, pending)
             self._left_for_us.discard(conversation.key)
             if await self._adopt_pending(batch, conversation, pending):
@@ -567,3 +569,15 @@ class Pipeline:
             await self._delivery.conclude([msg], state)
         except Exception:
             log.exception("inbox.finish_failed platform=%s", msg.platform)
+
+
+def _ahead_and_apart(item: Taken, first: IncomingMessage) -> bool:
+    """Whether `item`, taken with the conversation's lease, was received
+    before `first` and would not join its run (another sender's; not a
+    message of a person): `_adopt_pending` would run it after this run."""
+    try:
+        msg = item.message()
+    except (ValueError, TypeError, KeyError):
+        return False  # unreadable: recovery records it as failed
+    joins = item.deliver and msg.source == "user" and msg.platform_user_id == first.platform_user_id
+    return msg.received_at < first.received_at and not joins

@@ -40,6 +40,7 @@ from bot.accounts.identity import current_period
 from bot.llm.tokens import messages_tokens, system_tokens, tool_tokens
 from bot.llm.types import LLMRequest
 from bot.pipeline.admission import current_slot
+from bot.store.budget_rows import TokenLogRow
 from bot.types import Role, Usage
 
 log = logging.getLogger("switchboard.budget")
@@ -89,6 +90,9 @@ class RunMeter:
     wait_limit: float = 0.0
     """Seconds the run may wait, in all, for the user's other calls to settle."""
     clock: Paused | None = None
+    token_log: Callable[[str, str, Usage], TokenLogRow] | None = None
+    """A call's token log from its (kind, model, usage), written with its
+    settlement (`after_call`); None: the turn writes every log."""
     spent: int = 0
     """Tokens this run's calls used so far."""
     calls: int = 0
@@ -205,7 +209,8 @@ class RunMeter:
             slot.give_up()
         return max_tokens
 
-    async def after_call(self, usage: Usage | None) -> None:
+    async def after_call(self, usage: Usage | None, model: str = "", kind: str = "llm") -> bool:
+        """Settle the call; True when its token log was written with the charge."""
         if (slot := current_slot.get()) is not None:
             await slot.take()
         self._promised.pop(_call(), None)
@@ -215,9 +220,11 @@ class RunMeter:
         if hold is None:  # unlimited: charged with the turn, in its transaction
             if tokens:
                 self.owed.append(tokens)
-            return
+            return False
+        logs = self.token_log
+        row = None if usage is None or logs is None else logs(kind, model, usage)
         try:
-            await self.budgets.settle(hold, tokens)
+            await self.budgets.settle(hold, tokens, row)
         except Exception:
             log.warning(
                 "budget.settle_deferred user=%s tokens=%s (charged with the turn)",
@@ -227,6 +234,8 @@ class RunMeter:
             )
             if tokens:
                 self.owed.append(tokens)
+            return False
+        return row is not None
 
     def take_owed(self) -> list[int]:
         owed, self.owed = self.owed, []

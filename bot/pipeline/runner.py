@@ -40,6 +40,7 @@ from bot.llm.failures import explain
 from bot.llm.tokens import prompt_tokens
 from bot.logs import claim_run_id, current_run_id, new_run_id, run_scope
 from bot.personas import PersonaRecord
+from bot.pipeline import turns
 from bot.pipeline.control import Batch, RunEnd, Ticket
 from bot.pipeline.live import LiveReply, open_live, settle
 from bot.pipeline.metering import RunMeter
@@ -301,6 +302,15 @@ class Runner:
             role_now=functools.partial(s.identity.role_now, user),
             wait_limit=s.settings.agent.run_timeout_seconds,
             clock=batch,
+            token_log=functools.partial(
+                turns.token_log,
+                run_id=run.id,
+                user_id=user.id,
+                conversation_id=run.conversation.id,
+                platform=run.first.platform,
+                purpose="wakeup" if run.first.source == "scheduler" else "chat",
+                prices=s.settings.llm.prices,
+            ),
         )
 
     # -- building the run ---------------------------------------------------

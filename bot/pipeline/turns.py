@@ -37,7 +37,7 @@ from bot.pipeline.outbox import Outbox, Outgoing
 from bot.store.models import InboxItem, Message, Run, StoredFile, TokenLog
 from bot.store.rows import MAX_KEPT_ROWS, NewRow, execute, insert_rows, keepable, multi_row, new_row
 from bot.store.traces import span_rows
-from bot.types import IncomingMessage, Reply, Role, utcnow
+from bot.types import IncomingMessage, Reply, Role, Usage, utcnow
 
 STOPPED_NOTE = "(Stopped before finishing: the run was cancelled.)"
 TIMEOUT_NOTE = "(Stopped before finishing: the run took too long.)"
@@ -331,26 +331,54 @@ def token_logs(
     purpose: str,
     prices: Mapping[str, Price],
 ) -> list[NewRow]:
-    """One token log per span that used tokens; LLM calls get `purpose`, internal
-    calls (compaction, memory flush) their own kind."""
+    """One token log per span that used tokens and was not logged as it was
+    settled (`Span.logged`); LLM calls get `purpose`, internal calls
+    (compaction, memory flush) their own kind."""
     return [
-        new_row(
-            TokenLog,
+        token_log(
+            span.kind,
+            span.name,
+            span.usage,
             run_id=run_id,
             user_id=user_id,
             conversation_id=conversation_id,
             platform=platform,
-            model=span.name,
-            purpose=purpose if span.kind == "llm" else span.kind,
-            input_tokens=span.usage.input_tokens,
-            output_tokens=span.usage.output_tokens,
-            cache_read_tokens=span.usage.cache_read_tokens,
-            cache_write_tokens=span.usage.cache_write_tokens,
-            cost_usd=estimate_cost(span.name, span.usage, prices),
+            purpose=purpose,
+            prices=prices,
         )
         for span in spans
-        if span.usage.total or not span.is_error
+        if (span.usage.total or not span.is_error) and not span.logged
     ]
+
+
+def token_log(
+    kind: str,
+    model: str,
+    usage: Usage,
+    *,
+    run_id: str,
+    user_id: int,
+    conversation_id: int | None,
+    platform: str,
+    purpose: str,
+    prices: Mapping[str, Price],
+) -> NewRow:
+    """The token log of one call: written with its turn (`token_logs`), or
+    with its settlement (`bot.pipeline.metering.RunMeter.token_log`)."""
+    return new_row(
+        TokenLog,
+        run_id=run_id,
+        user_id=user_id,
+        conversation_id=conversation_id,
+        platform=platform,
+        model=model,
+        purpose=purpose if kind == "llm" else kind,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cost_usd=estimate_cost(model, usage, prices),
+    )
 
 
 def _message_rows(turn: TurnRecord) -> list[NewRow]:

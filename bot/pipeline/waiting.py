@@ -20,13 +20,13 @@ before every run.
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, exists, literal_column
+from sqlalchemy import ColumnClause, bindparam, exists, func, literal_column, or_
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.pipeline.intake import CONVERSATION_LEASE, Inbox, Taken
 from bot.store.leases import Held, Leases
-from bot.store.models import InboxItem
+from bot.store.models import InboxItem, OutboxItem
 from bot.store.rows import execute
 
 _WAITING = (
@@ -39,26 +39,44 @@ _WAITING = (
 )
 
 
-UNFINISHED = (
-    exists()
-    .where(
+_COLON: ColumnClause[str] = literal_column("':'")
+_EMPTY: ColumnClause[str] = literal_column("''")
+_NONE: ColumnClause[str] = literal_column("'-'")
+_UNSENT_TO = (
+    col(OutboxItem.platform)
+    + _COLON
+    + col(OutboxItem.channel_id)
+    + _COLON
+    + func.coalesce(func.nullif(col(OutboxItem.thread_id), _EMPTY), _NONE)
+)
+"""An outbox row's conversation key (`bot.types.conversation_key` of its
+target), with no bind parameter of its own: on PostgreSQL it is a part of
+one statement with others (`lease_then_claim`), whose anonymous parameters'
+names would clash."""
+
+UNFINISHED = or_(
+    exists().where(
         col(InboxItem.conversation_key) == bindparam("u_key"),
         col(InboxItem.state) == literal_column("'running'"),
         col(InboxItem.lease_owner) != bindparam("u_owner"),
-    )
-    .label("unfinished")
-)
-"""Whether a message of the conversation is being worked on by another
-instance (running there, or left by a process that died, its lease not over
-or handed back at shutdown), asked with the lease, by the transaction (or the
-statement) that takes it and the messages waiting, which are then this
-instance's: the message taking the lease must not run first. At intake every
-other message it sees is older (the one taking the lease is the newest). For
-a message that waited, a newer one running elsewhere while the lease is free
-here was left by a process that died: it waits too, and the recovery sweep
-runs them oldest first. (A message accepted elsewhere at the same moment, not
-yet committed, is not seen: its instance finds the lease held and leaves it
-waiting for this run's end.)"""
+    ),
+    exists().where(
+        col(OutboxItem.state) == literal_column("'pending'"),
+        bindparam("u_key") == _UNSENT_TO,
+    ),
+).label("unfinished")
+"""Whether a message of the conversation is being worked on by another instance
+(running there, or left by a process that died, its lease not over or handed
+back at shutdown), or a reply to it is still unsent (a process died between
+a turn and its delivery; recovery sends it), asked with the lease, by the
+transaction (or the statement) that takes it and the messages waiting, which
+are then this instance's: the message taking the lease must not run first.
+At intake every other message it sees is older (the one taking the lease is
+the newest). For a message that waited, a newer one running elsewhere while
+the lease is free here was left by a process that died: it waits too, and
+the recovery sweep runs them oldest first. (A message accepted elsewhere at
+the same moment, not yet committed, is not seen: its instance finds the
+lease held and leaves it waiting for this run's end.)"""
 
 
 def unfinished_params(inbox: Inbox, key: str) -> dict[str, str]:

@@ -253,6 +253,15 @@ class Jobs:
             )
             return [i for i in rows.all() if i is not None]
 
+    async def confirm(self, job_id: int) -> bool:
+        """Whether this process still holds the fire of `job_id` it claimed
+        (another did not take it over while this one stalled past its lease),
+        its lease extended if so: a fire's replies are sent only then, and in
+        the lease it gets here nobody takes it over."""
+        if not self.owner:
+            return True
+        return bool(await self._set_leases(self.lease, (job_id,)))
+
     async def renew(self, job_ids: Collection[int] | None = None) -> int:
         """Extend the leases of the fires this instance is running (of
         `job_ids` only, when given)."""

@@ -189,10 +189,13 @@ class Scheduler:
         return done
 
     async def take_over_fires(self) -> int:
-        """Run again the fires whose process died mid-way (their lease expired)."""
+        """Run again the fires whose process died mid-way (their lease expired);
+        not those still running here (their lease ran out while this process
+        was slow to renew it: a loaded start-up), which would fire twice."""
         if self._aps is None or self._sink is None:
             return 0
-        orphaned = await self.jobs.orphaned_fires(self.platforms)
+        found = await self.jobs.orphaned_fires(self.platforms)
+        orphaned = [job_id for job_id in found if job_id not in self._firing]
         for job_id in orphaned:
             task = asyncio.create_task(self._tracked(self.run_job, job_id))
             self._tasks.add(task)

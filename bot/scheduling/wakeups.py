@@ -81,6 +81,8 @@ class _Result:
     failed: bool = False
     owe: tuple[str, ...] = ()
     """Reply texts that could not be delivered."""
+    ours: bool = True
+    """False: another instance took the fire over; the row is its to finish."""
 
 
 class Wakeups:
@@ -131,7 +133,8 @@ class Wakeups:
         except Exception as exc:  # never leave a job marked running
             log.exception("wakeup.crashed job=%s", job_id)
             result = _Result("failed", error=f"{type(exc).__name__}: {exc}", failed=True)
-        await self._finish(job_id, result, now)
+        if result.ours:
+            await self._finish(job_id, result, now)
         return result.status
 
     async def _run_claimed(self, sink: WakeupSink, job: ScheduledJob, now: datetime) -> _Result:
@@ -148,6 +151,14 @@ class Wakeups:
         log.info("wakeup.run job=%s conversation=%s owner=%s", job_id, conversation.key, account)
         outcome = await sink.handle(self._message(job, conversation, account, now), deliver=False)
         run_id = outcome.run_id
+        if not await self._jobs.confirm(job_id):
+            log.warning(
+                "wakeup.lease_lost job=%s run=%s: another instance took this fire over "
+                "(its lease ran out meanwhile); not sent",
+                job_id,
+                run_id,
+            )
+            return _Result("lease_lost", run_id, ours=False)
         if outcome.status == "answered":
             undelivered = await _send_all(sink, outcome.replies)
             if undelivered:

@@ -32,7 +32,11 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.columns import UTCDateTime
 from bot.store.models import Budget, BudgetHold
-from bot.store.rows import Write, execute
+from bot.store.rows import NewRow, Write, execute, insert_rows
+
+TokenLogRow = NewRow
+"""A call's token log as a row (`bot.pipeline.turns.token_log`), written with
+its settlement (`release_hold`)."""
 
 ChargeWrite = Write
 """The charge's statement and parameters (`charge_write`), for a caller that
@@ -107,10 +111,15 @@ async def mark_awaited(session: AsyncSession, user_id: int, until: datetime) -> 
     await execute(session, AWAITED, {"k_user": user_id, "k_until": until})
 
 
-async def release_hold(session: AsyncSession, hold_id: int) -> None:
-    """Release one hold in the caller's transaction, held back (nobody reads
-    its outcome; a failure is raised by the next statement or the commit)."""
+async def release_hold(
+    session: AsyncSession, hold_id: int, log_row: TokenLogRow | None = None
+) -> None:
+    """Release one hold in the caller's transaction, and write the settled
+    call's token log when given, both held back (nobody reads their outcome;
+    a failure is raised by the next statement or the commit)."""
     await execute(session, RELEASE_ONE, {"r_hold": hold_id}, wait=False)
+    if log_row is not None:
+        await insert_rows(session, [log_row], wait=False)
 
 
 def release_run_write(run_id: str) -> Write:

@@ -325,3 +325,36 @@ async def test_a_wakeup_taken_over_releases_its_dead_runs_holds(store: Store):
     claim = await Jobs(store, "here").claim(job.id, utcnow(), timedelta(minutes=5))
     assert claim is not None and claim.takeover
     assert [h.conversation_key for h in await live_holds(store)] == ["slack:D2:-"]
+
+
+async def test_a_settled_call_is_logged_with_its_charge_before_the_turn_is_written(
+    make_app, fake_anthropic
+):
+    """A tool loop's first call is settled (charged) while the run goes on: its
+    token log is written in that transaction, so a run that dies before its
+    turn is written (SIGKILL) leaves no charge the token logs do not show;
+    the turn then does not log the call again."""
+    step = ProbeTool("step")
+    app = await make_app(tools=[step], budgets={"guest": 50_000})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    second_call = threading.Event()
+    fake_anthropic.script(
+        tool_use_reply(tool_call("step"), usage=FakeUsage(input_tokens=1000, output_tokens=20)),
+        text_reply("done", usage=FakeUsage(input_tokens=1100, output_tokens=5), hold=second_call),
+    )
+    running = asyncio.create_task(app.pipeline.handle(message("loop once")))
+    await fake_anthropic.wait_for_requests(2)
+
+    async def charged_and_logged() -> tuple[int, list[int]]:
+        async with app.store.read() as s:
+            budget = (await s.exec(select(Budget))).one()
+            logs = (await s.exec(select(TokenLog))).all()
+        return budget.used + budget.overage, [t.input_tokens + t.output_tokens for t in logs]
+
+    # The second call is in flight: nothing of the turn is written yet.
+    assert await charged_and_logged() == (1020, [1020])
+    second_call.set()
+    outcome = await running
+    assert outcome.status == "answered"
+    assert await charged_and_logged() == (2125, [1020, 1105])

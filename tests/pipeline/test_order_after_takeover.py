@@ -21,8 +21,9 @@ from sqlmodel import col
 from bot.pipeline.arrivals import Arrivals
 from bot.pipeline.control import Batch, RunControl, Ticket
 from bot.pipeline.intake import Inbox
-from bot.store.models import InboxItem
-from bot.types import Outcome, utcnow
+from bot.pipeline.outbox import Outbox
+from bot.store.models import InboxItem, OutboxItem
+from bot.types import Outcome, Reply, Target, utcnow
 from tests.fakes.anthropic import last_user_text, text_reply
 from tests.harness import RecordingAdapter, message
 from tests.waiting import wait_until
@@ -205,3 +206,80 @@ async def test_a_message_that_took_no_lease_at_intake_waits_for_an_earlier_one_t
     assert await dead.accept(message("first", event_id="e1"))
     assert (await app.pipeline.handle(message("second", event_id="e2"))).status == "queued"
     assert fake_anthropic.request_count == 1
+
+
+async def test_the_next_message_waits_for_a_reply_a_dead_instance_left_unsent(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    """The soak (seed 7, PostgreSQL): an instance stopped between a turn and
+    its delivery; the conversation's next message ran on the other instance
+    and its streamed answer was posted before the recovered reply to the
+    earlier one. The next message now waits in the inbox while a reply of
+    its conversation is unsent; recovery sends that reply, then runs it."""
+    fake_anthropic.responder = lambda body: text_reply(
+        "re: " + last_user_text(body).splitlines()[-1]
+    )
+    app = await make_app(budgets={"guest": "unlimited"})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    store = app.pipeline.s.store
+    dead = Outbox(store, "instance-that-died", 60)
+    await dead.store([Reply("re: first", Target(platform="console", channel_id="room"))])
+
+    handled = asyncio.create_task(app.pipeline.handle(message("second", event_id="e2")))
+    assert (await handled).status == "queued"
+    await asyncio.sleep(0)  # its done callbacks
+    assert fake_anthropic.request_count == 0
+
+    async with store.write() as session:  # the dead sender's lease ends
+        await session.exec(
+            update(OutboxItem).values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    housekeeper = app.housekeeper
+    housekeeper.platforms = ["console"]
+    for _ in range(5):  # the reply is sent; the message runs once it is
+        await housekeeper.sweep()
+        await housekeeper.wait_idle()
+        if len(adapter.texts) == 2:
+            break
+    assert adapter.texts == ["re: first", "re: second"]
+
+
+async def test_a_new_senders_message_waits_for_an_earlier_one_handed_back_at_shutdown(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    """The soak (seed 7, PostgreSQL): a thread's message was handed back to
+    the inbox by an instance stopping (SIGTERM); a later message of another
+    person in the thread, a new user, took the conversation's lease and that
+    waiting message with it at intake, and ran first: the earlier message,
+    another sender's, was left to run after it. Now the later one waits; the
+    sweep runs both, in order."""
+    fake_anthropic.responder = lambda body: text_reply(
+        "re: " + last_user_text(body).splitlines()[-1]
+    )
+    app = await make_app(budgets={"guest": "unlimited"})
+    adapter = RecordingAdapter()
+    app.attach(adapter)
+    store = app.pipeline.s.store
+    stopping = Inbox(store, "instance-that-stopped", 60)
+    assert await stopping.accept(message("first", event_id="e1", platform_user_id="bob"))
+    async with store.write() as session:  # handed back as it stopped
+        await session.exec(
+            update(InboxItem).values(state="pending", lease_owner=None, lease_expires_at=utcnow())
+        )
+
+    handled = asyncio.create_task(
+        app.pipeline.handle(message("second", event_id="e2", platform_user_id="carol"))
+    )
+    assert (await handled).status == "queued"
+    await asyncio.sleep(0)  # its done callbacks
+    assert fake_anthropic.request_count == 0
+
+    housekeeper = app.housekeeper
+    housekeeper.platforms = ["console"]
+    for _ in range(5):
+        await housekeeper.sweep()
+        await housekeeper.wait_idle()
+        if len(adapter.texts) == 2:
+            break
+    assert adapter.texts == ["re: first", "re: second"]

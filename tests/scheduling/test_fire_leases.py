@@ -6,6 +6,8 @@ and never taken over; now its lease ends and another sweep takes it over."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from datetime import timedelta
 
 from sqlalchemy import update
@@ -18,6 +20,8 @@ from bot.scheduling.parse import parse_when
 from bot.store import Store
 from bot.store.models import ScheduledJob
 from bot.types import IncomingMessage, utcnow
+from tests.fakes.anthropic import text_reply
+from tests.scheduling.rig import FakeClock, add_job, started
 
 
 async def claimed_job(store: Store, jobs: Jobs) -> int:
@@ -81,3 +85,60 @@ async def test_a_fire_running_here_is_renewed(store: Store) -> None:
     assert await jobs.renew([]) == 0
     assert await jobs.renew([job_id]) == 1
     assert await lease_of(store, job_id) > ended
+
+
+async def test_a_fire_still_running_here_is_not_taken_over_by_this_process(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    """The soak: an instance restarted under load fired its missed wakeups at
+    once, and its first sweep (seconds later, past the 5-second lease) took
+    those same fires over as if their process had died: each wakeup ran, and
+    was shown, twice. A fire running here is ours, whatever its lease says."""
+    clock = FakeClock(utcnow())
+    app, adapter = await started(make_app, clock, platform="slack")
+    created = await add_job(app, "in 1 minute", platform="slack")
+    clock.advance(minutes=1)
+    answer = threading.Event()
+    fake_anthropic.script(text_reply("Good morning.", hold=answer))
+    firing = asyncio.create_task(app.scheduler.run_due())
+    await fake_anthropic.wait_for_requests(1)
+    await expire(app.pipeline.s.store, created.id)  # its lease ran out meanwhile
+
+    assert await app.scheduler.take_over_fires() == 0
+    answer.set()
+    assert await firing == {created.id: "answered"}
+    await app.scheduler.wait_idle()
+    assert adapter.texts == ["Good morning."]
+    assert fake_anthropic.request_count == 1
+
+
+async def test_a_fire_taken_over_elsewhere_while_it_ran_here_is_not_sent_here(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    """The soak: an instance restarted under load fired its missed wakeups,
+    and did not renew their 5-second leases before the other instance's
+    sweep took them over: both ran each wakeup and both sent it. Now the
+    fire's replies go out only while it is still this process's (its lease
+    extended as that is confirmed); the instance that took it over sends it
+    and finishes it."""
+    clock = FakeClock(utcnow())
+    app, adapter = await started(make_app, clock, platform="slack")
+    store = app.pipeline.s.store
+    created = await add_job(app, "in 1 minute", platform="slack")
+    clock.advance(minutes=1)
+    answer = threading.Event()
+    fake_anthropic.script(text_reply("Good morning.", hold=answer))
+    firing = asyncio.create_task(app.scheduler.run_due())
+    await fake_anthropic.wait_for_requests(1)
+    await expire(store, created.id)
+    other = Jobs(store, owner="instance-b", lease_seconds=30)
+    taken = await other.claim(created.id, utcnow(), timedelta(minutes=5))
+    assert taken is not None and taken.takeover
+
+    answer.set()
+    assert await firing == {created.id: "lease_lost"}
+    assert adapter.texts == []  # the other instance sends it
+    async with store.read() as session:
+        row = await session.get(ScheduledJob, created.id)
+    assert row is not None and row.lease_owner == "instance-b" and row.running_since is not None
+    assert row.run_count == 0  # not finished here: the other instance records its run

@@ -12,10 +12,15 @@ beyond the rows it keeps.
 - lost: accepted and none of these;
 - out of order: in a conversation, a message answered in an earlier message of
   the bot's than one sent before it;
-- a false refusal: the user's settled usage (token logs up to the refusal) plus
-  a minimal estimate of the refused request (the input of the conversation's
-  latest request the model saw by then, else the smallest of the soak, plus
-  `MIN_OUTPUT`) is within the allowance;
+- a false refusal: a refusal recorded with its figures (`used= held=
+  estimate= allowance=`) whose figures do not hold against the soak's own
+  facts: the allowance is not the user's, `used` is more than the token logs
+  show by the refusal's end, the estimate is less than `MIN_OUTPUT` or far
+  above the conversation's requests the model counted, or `used + estimate`
+  is within the allowance; without figures, the user's settled usage (token
+  logs up to the refusal) plus a minimal estimate of the refused request (the
+  input of the conversation's latest request the model saw by then, else the
+  smallest of the soak, plus `MIN_OUTPUT`) is within the allowance;
 - mis-charged: `used + overage` differs from the sum of the user's token logs;
   overspent: past the allowance by more than the user's largest call;
 - wakeups: due (their time passed) vs carried by exactly one message;
@@ -36,6 +41,11 @@ from tests.soak.model import TOKEN
 
 MIN_OUTPUT = 256
 """The least output a call is made for (the refusal contract's estimate)."""
+SANE_INPUT_FACTOR = 2
+SANE_INPUT_SLACK = 1024
+"""A refused request's input is at most this far above the largest request of
+its conversation the model counted (its counting differs from the service's
+a little; the request adds the last answer and the new message)."""
 CONTRACT = re.compile(r"used=(\d+) held=(\d+) estimate=(\d+) allowance=(\d+)")
 FINAL_FAILED = ("failed", "timeout")
 
@@ -161,15 +171,45 @@ def false_refusals(facts: Facts) -> list[str]:
             c.tokens for c in facts.charges if c.user_id == account.user_id and c.at <= moment
         )
         before = [size for at, size in calls_in.get(message.conversation, []) if at <= moment]
+        claim = claims.get(row.run_id or "") or row.error or ""
+        figures = CONTRACT.search(claim)
+        if figures is not None:
+            wrong = _figures_wrong(
+                [int(n) for n in figures.groups()],
+                settled,
+                account.allowance,
+                max(before) if before else smallest,
+            )
+            if wrong:
+                problems.append(f"{token} ({row.user}): {wrong}; the service said: {claim[:160]}")
+            continue
         estimate = (before[-1] if before else smallest) + MIN_OUTPUT
         if settled + estimate <= account.allowance:
-            claim = claims.get(row.run_id or "") or row.error or ""
             said = f"; the service said: {claim[:160]}" if claim else ""
             problems.append(
                 f"{token} ({row.user}): settled {settled} + estimate {estimate} "
                 f"<= allowance {account.allowance}{said}"
             )
     return problems
+
+
+def _figures_wrong(figures: list[int], settled: int, allowance: int, seen: int) -> str | None:
+    """What is wrong with the figures a refusal was recorded with, checked
+    against the soak's own facts (None: a fair refusal). `settled`: the token
+    logs by the refusal's end (a call is logged as it is charged, so the
+    usage decided on cannot be more); `seen`: the largest request of the
+    conversation the model counted by then (a refused request is that
+    conversation and a message more, so its input is not far above)."""
+    used, _held, estimate, recorded = figures
+    if recorded != allowance:
+        return f"recorded allowance {recorded}, the user's is {allowance}"
+    if used > settled:
+        return f"recorded used {used}, the token logs show {settled} by then"
+    if not MIN_OUTPUT <= estimate <= MIN_OUTPUT + SANE_INPUT_FACTOR * seen + SANE_INPUT_SLACK:
+        return f"estimate {estimate} is not a call's (the conversation's requests: {seen})"
+    if used + estimate <= allowance:
+        return f"used {used} + estimate {estimate} <= allowance {allowance}"
+    return None
 
 
 def _spent(facts: Facts) -> dict[int, list[int]]:

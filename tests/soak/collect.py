@@ -48,6 +48,7 @@ def messages(sent: Iterable[Sent]) -> list[Message]:
             order=s.order,
             accepted=s.accepted,
             kind=s.planned.kind,
+            platform_id=s.platform_id,
         )
         for s in sent
     ]
@@ -150,9 +151,12 @@ async def database_facts(
     try:
         async with engine.connect() as conn:
             inbox = await conn.execute(
-                q("SELECT id, platform, state, error, run_id, finished_at, payload FROM T.inbox")
+                q(
+                    "SELECT id, platform, state, error, run_id, finished_at, payload, event_id"
+                    " FROM T.inbox"
+                )
             )
-            for id_, platform, state, error, run_id, finished, payload in inbox:
+            for id_, platform, state, error, run_id, finished, payload, event_id in inbox:
                 data = _payload(payload)
                 tokens = TOKEN.findall(str(data.get("text") or ""))
                 user = f"{platform}:{data.get('platform_user_id')}"
@@ -165,6 +169,7 @@ async def database_facts(
                         run_id,
                         _epoch(finished),
                         id_ in listed,
+                        event_id,
                     )
                 )
             runs = await conn.execute(q("SELECT id, status, error FROM T.runs"))

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from tests.soak.model import ModelCall
 
-REFUSAL_MARKERS = ("used up your token allowance", "not enough tokens left")
-"""Text of the service's budget refusals (bot/pipeline/runner.py `_budget_refusal`)."""
+REFUSAL_MARKERS = ("the allowance resets on", "tokens one run may use")
+"""Text of the service's budget refusals (bot/accounts/holds.py `refusal_text`,
+`run_cap_text`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ class Message:
     """The platform had it acknowledged (Slack: 200; Telegram: the webhook's
     2xx; Discord: dispatched on the gateway)."""
     kind: str = "plain"
+    platform_id: str | None = None
+    """Slack ts, Telegram update id, Discord message id (for reading the logs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,8 @@ class InboxRow:
     finished_at: float | None = None
     listed: bool = False
     """Shown by `switchboard admin inbox` (failed rows, with their error)."""
+    event_id: str | None = None
+    """The row's platform event id (for reading the logs)."""
 
 
 @dataclass(frozen=True, slots=True)

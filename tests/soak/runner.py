@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import secrets
@@ -281,6 +282,7 @@ async def run_variant(variant: Variant) -> tuple[bool, dict[str, Any], str]:
         if variant.database == "postgres" and not os.environ.get("SOAK_KEEP"):
             await database.drop()
     verdict = checks.judge(facts)
+    report.write(variant.directory / f"facts-{variant.name}.json", dataclasses.asdict(facts))
     title = (
         f"soak {variant.name}: {variant.instances} instance(s), {variant.minutes:g} min, "
         f"seed {variant.seed}"

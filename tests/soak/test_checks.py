@@ -111,10 +111,13 @@ def refused_second(used_before: int) -> Facts:
     facts = clean()
     facts.bot_messages = [
         BotMessage(DM, 1, "ok m:s0001"),
-        BotMessage(DM, 2, "You've used up your token allowance for this month"),
+        BotMessage(
+            DM, 2, "You've used 3,000 of your 12,000 tokens; the allowance resets on 1 May."
+        ),
     ]
     facts.inbox[1] = InboxRow("m:s0002", "slack:U1", "refused", None, "r2", 20.0)
-    facts.runs[1] = RunRow("r2", "refused", "used=3000 held=9000 estimate=3100 allowance=12000")
+    figures = f"used={used_before} held=9000 estimate=3100 allowance=12000"
+    facts.runs[1] = RunRow("r2", "refused", figures)
     facts.charges = [Charge(1, 9.0, used_before, "r1")]
     facts.accounts = [Account(1, "slack:U1", used_before, 0, ALLOWANCE)]
     facts.model_calls = facts.model_calls[:1]
@@ -122,10 +125,10 @@ def refused_second(used_before: int) -> Facts:
 
 
 def test_a_false_refusal_is_found() -> None:
-    facts = refused_second(used_before=3000)  # 3000 + 2800 + 256 fits in 12000
+    facts = refused_second(used_before=3000)  # 3000 + 3100 fits in 12000
     found = violations(facts)
     assert list(found) == ["false budget refusals"]
-    assert "settled 3000 + estimate 3056 <= allowance 12000" in found["false budget refusals"][0]
+    assert "used 3000 + estimate 3100 <= allowance 12000" in found["false budget refusals"][0]
     assert "held=9000" in found["false budget refusals"][0]  # the service's own account
     verdict = checks.judge(facts)
     assert row(verdict, "refused (budget)") == 1
@@ -133,8 +136,38 @@ def test_a_false_refusal_is_found() -> None:
     assert row(verdict, "  refusals shown on the platforms") == 1
 
 
+def test_a_refusal_without_figures_is_judged_by_the_checks_own_estimate() -> None:
+    facts = refused_second(used_before=3000)
+    facts.runs[1] = RunRow("r2", "refused", "something else")
+    found = violations(facts)["false budget refusals"]
+    assert "settled 3000 + estimate 3056 <= allowance 12000" in found[0]
+    facts = refused_second(used_before=10_000)
+    facts.runs[1] = RunRow("r2", "refused", None)
+    assert violations(facts) == {}  # 10000 + 2800 + 256 > 12000
+
+
+def refused_with(used_before: int, figures: str) -> Facts:
+    facts = refused_second(used_before)
+    facts.runs[1] = RunRow("r2", "refused", f"budget: {figures}")
+    return facts
+
+
+def test_a_refusal_is_judged_by_its_figures_checked_against_the_logs() -> None:
+    """Seed 7: the request refused was larger than the conversation's last one
+    (the check's own estimate, 2800 + 256, was on the margin): its recorded
+    figures are fair, and each is checked against the soak's facts."""
+    fair = refused_with(8900, "used=8900 held=0 estimate=3200 allowance=12000")
+    assert violations(fair) == {}  # 8900 + 3200 > 12000; 8900 + 2800 + 256 is not
+    unlogged = refused_with(9000, "used=9500 held=0 estimate=3100 allowance=12000")
+    assert "recorded used 9500, the token logs show 9000" in str(violations(unlogged))
+    inflated = refused_with(9000, "used=9000 held=0 estimate=11392 allowance=12000")
+    assert "estimate 11392 is not a call's" in str(violations(inflated))  # max_tokens
+    other = refused_with(9000, "used=9000 held=0 estimate=3100 allowance=10000")
+    assert "recorded allowance 10000, the user's is 12000" in str(violations(other))
+
+
 def test_a_refusal_when_the_allowance_is_spent_is_fair() -> None:
-    facts = refused_second(used_before=10_000)  # 10000 + 3056 > 12000
+    facts = refused_second(used_before=10_000)  # 10000 + 3100 > 12000
     assert violations(facts) == {}
 
 
