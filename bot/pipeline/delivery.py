@@ -136,7 +136,7 @@ class Delivery:
                 raise LookupError(f"no adapter running for platform {reply.target.platform!r}")
             await adapter.send(reply, progress)
         except Exception as exc:
-            await self.record_failure(reply, exc)
+            await self.record_failure(reply, exc, run_id=item.run_id)
             error = f"{type(exc).__name__}: {exc}"
             if ended is not None:
                 ended.append(Ended(item.id, "failed", tuple(progress.parts), error))
@@ -165,8 +165,13 @@ class Delivery:
                     return
                 await asyncio.sleep(delay)
 
-    async def record_failure(self, reply: Reply, error: BaseException) -> None:
-        """Log and store a reply that could not be delivered (`delivery_failures`)."""
+    async def record_failure(
+        self, reply: Reply, error: BaseException, *, run_id: str | None = None
+    ) -> None:
+        """Log and store a reply that could not be delivered (`delivery_failures`).
+        The log line carries the run that wrote the reply: the current run's, or
+        `run_id` for a reply sent outside it (taken over from a dead sender), so
+        an operator can tie the ERROR to the run's recorded outbox failure."""
         target = reply.target
         reason = f"{type(error).__name__}: {error}"
         self._metrics.delivery_failed(target.platform)
@@ -176,6 +181,7 @@ class Delivery:
             target.channel_id,
             target.thread_id,
             reason,
+            extra={"run_id": run_id} if run_id else None,
         )
         try:
             async with self._store.write() as session:

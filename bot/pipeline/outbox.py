@@ -38,6 +38,9 @@ class Outgoing:
     resumed: bool = False
     """Taken over from a sender that died (see `SendProgress.resumed`)."""
     created_at: datetime = field(default_factory=utcnow)
+    run_id: str | None = None
+    """The run that wrote it, for a reply sent outside it (taken over): what
+    its delivery logs carry (`Delivery.record_failure`)."""
 
 
 def reply_of(row: OutboxItem) -> Reply:
@@ -195,7 +198,7 @@ class Outbox:
             ).all()
         items = sorted((row[0] for row in rows), key=lambda r: r.id or 0)
         return [
-            Outgoing(r.id or 0, reply_of(r), tuple(r.part_ids or ()), True, r.created_at)
+            Outgoing(r.id or 0, reply_of(r), tuple(r.part_ids or ()), True, r.created_at, r.run_id)
             for r in items
         ]
 

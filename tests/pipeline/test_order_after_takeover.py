@@ -16,7 +16,7 @@ import threading
 from datetime import timedelta
 
 from sqlalchemy import update
-from sqlmodel import col
+from sqlmodel import col, select
 
 from bot.pipeline.arrivals import Arrivals
 from bot.pipeline.control import Batch, RunControl, Ticket
@@ -283,3 +283,37 @@ async def test_a_new_senders_message_waits_for_an_earlier_one_handed_back_at_shu
         if len(adapter.texts) == 2:
             break
     assert adapter.texts == ["re: first", "re: second"]
+
+
+async def test_a_recovered_reply_that_fails_is_logged_with_the_run_that_wrote_it(
+    make_app, fake_anthropic, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    """The soak (10 min, PostgreSQL): recovery sent a dead instance's reply
+    outside any run; its delivery failed and the ERROR line had no run id, so
+    nothing tied it to the outbox row's recorded failure. It now carries the
+    run id the row records."""
+    app = await make_app(budgets={"guest": "unlimited"})
+    adapter = RecordingAdapter()
+    adapter.fail_sends = True
+    app.attach(adapter)
+    store = app.pipeline.s.store
+    dead = Outbox(store, "instance-that-died", 60)
+    async with store.write() as session:
+        await dead.add(
+            session,
+            [Reply("re: first", Target(platform="console", channel_id="room"))],
+            run_id="run-of-the-dead",
+        )
+        await session.exec(
+            update(OutboxItem).values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+    housekeeper = app.housekeeper
+    housekeeper.platforms = ["console"]
+    with caplog.at_level("ERROR", logger="switchboard.pipeline"):
+        assert (await housekeeper.sweep()).replies == 1
+        await housekeeper.wait_idle()
+    failed = [r for r in caplog.records if r.getMessage().startswith("delivery.failed")]
+    assert [getattr(r, "run_id", None) for r in failed] == ["run-of-the-dead"]
+    async with store.read() as session:
+        row = (await session.exec(select(OutboxItem))).one()
+    assert (row.state, row.run_id) == ("failed", "run-of-the-dead")
