@@ -72,7 +72,8 @@ async def test_a_turn_whose_message_another_instance_took_over_writes_and_sends_
     message over while the model was answering: the finished turn is not
     ours, so no row of it is written, nothing sent, and the message stays
     with the instance that took it. (The model call was made: its tokens are
-    charged when the call ends, `bot.pipeline.metering`, not with the turn.)"""
+    charged when the call ends, `bot.pipeline.metering`, with the call's token
+    log in the same transaction, not with the turn.)"""
     app, adapter = await open_app(make_app, 100_000)
     assert (await app.pipeline.handle(message("hi"))).status == "answered"
     before, sent = await counts(app), len(adapter.sent)
@@ -92,7 +93,8 @@ async def test_a_turn_whose_message_another_instance_took_over_writes_and_sends_
     await app.pipeline.idle()
     after = await counts(app)
     assert after["used"] > before.pop("used")
-    assert {k: v for k, v in after.items() if k != "used"} == before
+    assert after["TokenLog"] == before.pop("TokenLog") + 1  # the call's, with its charge
+    assert {k: v for k, v in after.items() if k not in ("used", "TokenLog")} == before
     assert len(adapter.sent) == sent
     async with app.store.read() as s:
         row = (await s.exec(select(InboxItem).where(InboxItem.event_id == "late-1"))).one()
