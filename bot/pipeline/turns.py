@@ -8,7 +8,11 @@ inbox end, charge and outbox are one statement, its other rows riding on it:
 
 The inbox update is also the fence: it only finishes messages still leased to
 this instance, and if another instance has taken one over (this process
-stalled past its lease) the whole turn is rolled back and nothing is sent."""
+stalled past its lease) the whole turn is rolled back and nothing is sent.
+
+Over 500 lines: a turn's rows and the one transaction that writes them are one
+concept (the rows, the fence and the settlement must change together); the
+write is to move into bot/store as the `save_turn` operation (issue 52 item 1)."""
 
 from __future__ import annotations
 

@@ -98,6 +98,13 @@ async def _conversation(tmp_path: Path, database: Database) -> None:
                 )
                 seen = json.loads(replies_in(slack, "D1")[1].removeprefix("Result: "))
                 os.kill(seen["pid"], signal.SIGKILL)  # the server dies between messages
+                # (and the service notices before the next: a call already on its
+                # way to the dead session fails, one made once it is down waits)
+                await wait_for(
+                    lambda: "mcp.down server=box" in "\n".join(service.logs),
+                    "the service notices the server died",
+                    service,
+                )
                 await sender.deliver(
                     dm_event("D1", "UALICE0001", "echo again", "1700000003.000001")
                 )
