@@ -29,16 +29,25 @@ from tests.harness import RecordingAdapter, message
 from tests.waiting import wait_until
 
 
-async def test_the_next_message_waits_for_an_earlier_one_a_dead_instance_held(
-    make_app, fake_anthropic
-) -> None:  # type: ignore[no-untyped-def]
-    fake_anthropic.responder = lambda body: text_reply(
-        "re: " + last_user_text(body).splitlines()[-1]
-    )
+def answer_the_last_line(body):  # type: ignore[no-untyped-def]
+    """The fake model's answer: "re: " and the last line of what it was asked."""
+    return text_reply("re: " + last_user_text(body).splitlines()[-1])
+
+
+async def console_app(make_app):  # type: ignore[no-untyped-def]
+    """An app with unlimited guests and a recording console adapter attached:
+    (the app, the adapter, its store)."""
     app = await make_app(budgets={"guest": "unlimited"})
     adapter = RecordingAdapter()
     app.attach(adapter)
-    store = app.pipeline.s.store
+    return app, adapter, app.pipeline.s.store
+
+
+async def test_the_next_message_waits_for_an_earlier_one_a_dead_instance_held(
+    make_app, fake_anthropic
+) -> None:  # type: ignore[no-untyped-def]
+    fake_anthropic.responder = answer_the_last_line
+    app, adapter, store = await console_app(make_app)
     dead = Inbox(store, "instance-that-died", 60)
     assert await dead.accept(message("first", event_id="e1"))  # mid-run when it died
 
@@ -84,10 +93,7 @@ async def test_messages_taken_over_together_queue_before_one_arriving_meanwhile(
         return text_reply(f"re: {said}", hold=first_held if said == "first" else None)
 
     fake_anthropic.responder = respond
-    app = await make_app(budgets={"guest": "unlimited"})
-    adapter = RecordingAdapter()
-    app.attach(adapter)
-    store = app.pipeline.s.store
+    app, adapter, store = await console_app(make_app)
     dead = Inbox(store, "instance-that-died", 60)
     assert await dead.accept(message("first", event_id="e1"))  # mid-run when it died
     handled = asyncio.create_task(app.pipeline.handle(message("second", event_id="e2")))
@@ -165,13 +171,8 @@ async def test_a_deferred_message_is_no_longer_in_hand(make_app, fake_anthropic)
     runs it, even while the task that deferred it has not ended yet (the soak
     found one skipped as "still in hand": leased to its instance, renewed,
     never answered, and later messages ran before it)."""
-    fake_anthropic.responder = lambda body: text_reply(
-        "re: " + last_user_text(body).splitlines()[-1]
-    )
-    app = await make_app(budgets={"guest": "unlimited"})
-    adapter = RecordingAdapter()
-    app.attach(adapter)
-    store = app.pipeline.s.store
+    fake_anthropic.responder = answer_the_last_line
+    app, adapter, store = await console_app(make_app)
     dead = Inbox(store, "instance-that-died", 60)
     assert await dead.accept(message("first", event_id="e1"))
     # in this very task, which goes on after the message was deferred
@@ -216,13 +217,8 @@ async def test_the_next_message_waits_for_a_reply_a_dead_instance_left_unsent(
     and its streamed answer was posted before the recovered reply to the
     earlier one. The next message now waits in the inbox while a reply of
     its conversation is unsent; recovery sends that reply, then runs it."""
-    fake_anthropic.responder = lambda body: text_reply(
-        "re: " + last_user_text(body).splitlines()[-1]
-    )
-    app = await make_app(budgets={"guest": "unlimited"})
-    adapter = RecordingAdapter()
-    app.attach(adapter)
-    store = app.pipeline.s.store
+    fake_anthropic.responder = answer_the_last_line
+    app, adapter, store = await console_app(make_app)
     dead = Outbox(store, "instance-that-died", 60)
     await dead.store([Reply("re: first", Target(platform="console", channel_id="room"))])
 
@@ -254,13 +250,8 @@ async def test_a_new_senders_message_waits_for_an_earlier_one_handed_back_at_shu
     waiting message with it at intake, and ran first: the earlier message,
     another sender's, was left to run after it. Now the later one waits; the
     sweep runs both, in order."""
-    fake_anthropic.responder = lambda body: text_reply(
-        "re: " + last_user_text(body).splitlines()[-1]
-    )
-    app = await make_app(budgets={"guest": "unlimited"})
-    adapter = RecordingAdapter()
-    app.attach(adapter)
-    store = app.pipeline.s.store
+    fake_anthropic.responder = answer_the_last_line
+    app, adapter, store = await console_app(make_app)
     stopping = Inbox(store, "instance-that-stopped", 60)
     assert await stopping.accept(message("first", event_id="e1", platform_user_id="bob"))
     async with store.write() as session:  # handed back as it stopped
@@ -292,11 +283,8 @@ async def test_a_recovered_reply_that_fails_is_logged_with_the_run_that_wrote_it
     outside any run; its delivery failed and the ERROR line had no run id, so
     nothing tied it to the outbox row's recorded failure. It now carries the
     run id the row records."""
-    app = await make_app(budgets={"guest": "unlimited"})
-    adapter = RecordingAdapter()
+    app, adapter, store = await console_app(make_app)
     adapter.fail_sends = True
-    app.attach(adapter)
-    store = app.pipeline.s.store
     dead = Outbox(store, "instance-that-died", 60)
     async with store.write() as session:
         await dead.add(
